@@ -1,0 +1,27 @@
+"""rbcheck's reference replay buffer: small, readable, and the spec.
+
+Each module holds one concept and documents its contract and cost; the
+optimized implementations in ``variants/`` must agree with these.
+"""
+
+from .buffer import ReplayBuffer
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .collector import SyncCollector
+from .env import ChainEnv
+from .pinning import pin_sample, require_accelerator
+from .policy import NotCopyableError, make_target_params, place_policy
+from .prioritized_sampler import PrioritizedSampler
+from .random_sampler import RandomSampler
+from .slice_sampler import SliceSampler
+from .storage import TensorStorage
+from .sum_tree import MinTree, SumTree
+from .transforms import Compose, Transform
+from .writer import RoundRobinWriter
+
+__all__ = [
+    "ChainEnv", "CheckpointError", "Compose", "MinTree", "NotCopyableError",
+    "PrioritizedSampler", "RandomSampler", "ReplayBuffer", "RoundRobinWriter",
+    "SliceSampler", "SumTree", "SyncCollector", "TensorStorage", "Transform",
+    "load_checkpoint", "make_target_params", "pin_sample", "place_policy",
+    "require_accelerator", "save_checkpoint",
+]

@@ -1,0 +1,168 @@
+"""The replay buffer: storage + writer + sampler + transform + pin step.
+
+Contract
+--------
+* ``extend(data)`` writes the rows of a TensorDict ``[n]`` in order and
+  returns their slots; ``add(row)`` writes one row (no batch dim) and
+  returns its slot. With a prioritized sampler, rows whose data carry
+  ``priority_key`` get those raw priorities, others the max priority seen
+  (``priority_key=None``: always the max). The priority column is stored
+  like any other key (the layout is fixed by the first batch).
+* ``sample(batch_size)`` returns ``(rows, info)``: the sampler picks slots,
+  the rows are gathered (a copy), the transform runs, ``info`` gets
+  ``generation`` (each slot's write generation), and the pin step
+  ``pinning.pin_sample`` runs LAST when ``pin_memory=True``.
+* ``update_priority(index, priority, generation=None)``: entries whose
+  generation differs from the slot's current one are ignored (overwritten
+  since sampled).
+* Every argument is checked BEFORE anything changes; errors read
+  ``<arg>=<got>, but should be <allowed>`` and leave the buffer unchanged.
+* ``state_dict``/``load_state_dict`` and ``dumps``/``loads`` (a checkpoint
+  directory, see ``checkpoint.py``) round-trip the whole state, generator
+  included, so the next samples are identical.
+* ``generator``: an int seeds a new ``torch.Generator``; None uses a new one
+  with torch's default seed; a Generator is used as is.
+
+Cost: ``extend`` O(n * row size) (+ O(n log capacity) prioritized),
+``sample`` O(B * row size) plus the sampler's cost.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from tensordict import TensorDictBase
+
+from . import pinning
+from .checkpoint import load_checkpoint, save_checkpoint
+from .random_sampler import RandomSampler
+from .storage import TensorStorage, check_index
+from .writer import RoundRobinWriter
+
+
+def _check_capacity(name: str, got, want: int) -> None:
+    if got != want:
+        raise ValueError(f"{name}={got}, but should be {want} (the storage's capacity)")
+
+
+class ReplayBuffer:
+    """A fixed-capacity replay buffer (see module doc)."""
+
+    def __init__(self, capacity=None, *, storage=None, sampler=None, writer=None, transform=None,
+                 batch_size=None, pin_memory=False, priority_key="priority", generator=None):
+        if storage is None:
+            if capacity is None:
+                raise ValueError("capacity=None, but should be an int >= 1 (or pass storage=)")
+            storage = TensorStorage(capacity)
+        capacity = storage.capacity if capacity is None else capacity
+        _check_capacity("capacity", capacity, storage.capacity)
+        writer = RoundRobinWriter(capacity) if writer is None else writer
+        _check_capacity("writer.capacity", writer.capacity, capacity)
+        sampler = RandomSampler() if sampler is None else sampler
+        _check_capacity("sampler.capacity", getattr(sampler, "capacity", capacity), capacity)
+        if transform is not None and not callable(transform):
+            raise ValueError(f"transform={transform!r}, but should be callable or None")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size={batch_size!r}, but should be an int >= 1 or None")
+        if pin_memory:
+            pinning.require_accelerator()
+        if isinstance(generator, int) and not isinstance(generator, bool):
+            generator = torch.Generator().manual_seed(generator)
+        elif generator is None:
+            generator = torch.Generator()
+        elif not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator={generator!r}, but should be None, an int seed or a torch.Generator")
+        self.storage, self.writer, self.sampler = storage, writer, sampler
+        self.transform, self.batch_size, self.pin_memory = transform, batch_size, bool(pin_memory)
+        self.priority_key, self.generator = priority_key, generator
+
+    capacity = property(lambda self: self.storage.capacity)
+    cursor = property(lambda self: self.writer.cursor)
+    write_count = property(lambda self: self.writer.write_count)
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    @property
+    def prioritized(self) -> bool:
+        return hasattr(self.sampler, "update_priority")
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
+        self.storage.check(data)
+        n, priority = data.batch_size[0], None
+        key = self.priority_key
+        if self.prioritized and key is not None and key in data.keys(include_nested=True):
+            value = data.get(self.priority_key)
+            value = value.reshape(n) if value.numel() == n else value
+            priority = self.sampler.check_priority(value, n)
+        index = self.writer.next_indices(n)
+        self.storage.set(index, data)
+        self.sampler.on_write(index, priority)
+        return index
+
+    def add(self, row: TensorDictBase) -> int:
+        """Write one row (batch size ``[]``); return its slot."""
+        if not isinstance(row, TensorDictBase) or row.batch_dims != 0:
+            got = list(row.batch_size) if isinstance(row, TensorDictBase) else type(row).__name__
+            raise ValueError(f"row.batch_size={got}, but should be [] (use extend for a batch)")
+        return int(self.extend(row.unsqueeze(0))[0])
+
+    def sample(self, batch_size: int | None = None) -> tuple[TensorDictBase, dict]:
+        """``(rows, info)``; info holds ``index``, ``generation`` and the sampler's keys."""
+        batch_size = self.batch_size if batch_size is None else batch_size
+        if batch_size is None:
+            raise ValueError("batch_size=None, but should be an int >= 1 (here or in the constructor)")
+        info = self.sampler.sample(self.storage, batch_size, self.generator, cursor=self.cursor)
+        info["generation"] = self.writer.generation[info["index"]]
+        rows = self.storage.get(info["index"])
+        if self.transform is not None:
+            rows = self.transform(rows)
+        if self.pin_memory:
+            rows, info = pinning.pin_sample(rows, info)  # looked up now: tests may replace it
+        return rows, info
+
+    def update_priority(self, index, priority, generation=None) -> None:
+        """Set raw priorities of written slots; stale ``generation`` entries are ignored."""
+        if not self.prioritized:
+            raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
+        index = check_index(index, self.capacity)
+        current = self.writer.generation[index]
+        self.sampler.update_priority(index, priority, generation, current_generation=current)
+
+    def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
+        """The slots ``sample`` would pick for float64 uniforms ``u`` (shared randomness)."""
+        return self.sampler.indices_from_uniforms(u, len(self))
+
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "storage": self.storage.state_dict(),
+                "writer": self.writer.state_dict(), "sampler": self.sampler.state_dict(),
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace the whole state. Everything is validated on copies first (ValueError)."""
+        try:
+            _check_capacity("capacity", state["capacity"], self.capacity)
+            staged = {}
+            for name in ("storage", "writer", "sampler"):
+                staged[name] = copy.copy(getattr(self, name))  # load rebinds, never mutates
+                staged[name].load_state_dict(state[name])
+            count = staged["writer"].write_count
+            if len(staged["storage"]) != min(count, self.capacity):
+                raise ValueError(f"storage size={len(staged['storage'])}, but should be "
+                                 f"min(write_count={count}, capacity={self.capacity})")
+            torch.Generator().set_state(state["generator"])  # validates the generator state
+        except (KeyError, TypeError, RuntimeError) as error:
+            raise ValueError(f"state={error!r}, but should be a complete, valid state_dict") from error
+        for name, part in staged.items():
+            getattr(self, name).__dict__.update(part.__dict__)
+        self.generator.set_state(state["generator"])
+
+    def dumps(self, path) -> None:
+        """Save a checkpoint directory at ``path`` (atomic; see checkpoint.py)."""
+        save_checkpoint(self, path)
+
+    def loads(self, path) -> None:
+        """Replace the state with the checkpoint at ``path`` (validated first)."""
+        load_checkpoint(self, path)

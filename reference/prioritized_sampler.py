@@ -1,0 +1,150 @@
+"""Proportional prioritized sampling (Schaul et al., 2016) with importance weights.
+
+Contract
+--------
+* Priorities handed in are RAW. The tree stores ``(p + eps) ** alpha``,
+  computed once, in float64, whichever path wrote it: ``on_write`` for new
+  rows (with or without a priority) and ``update_priority``.
+* ``max_priority`` is a Python float: the largest raw priority seen over the
+  buffer's life (new rows, priority keys, updates), starting at 1.0. A new
+  row written without a priority gets ``max_priority``.
+* A draw picks slot ``i`` with probability ``P_i = leaf_i / total``. With
+  ``u = torch.rand(B, dtype=float64)`` and ``mass = u * total`` the slots are
+  ``SumTree.find_prefix(mass)``.
+* ``weight_i = (N * P_i) ** -beta / (N * P_min) ** -beta`` with ``N`` the
+  number of stored rows and ``P_min`` the smallest positive probability over
+  the STORED rows (not the batch), so the largest possible weight is 1.
+  Computed in float64, returned as float32.
+* Priorities must be finite and ``>= 0``. A stored value of 0 (raw 0 with
+  ``eps = 0``) is never sampled and is left out of ``P_min``.
+* ``update_priority`` ignores entries whose ``generation`` differs from the
+  slot's ``current_generation`` (the slot was overwritten since it was
+  sampled) and rejects slots that were never written.
+
+Cost: ``on_write`` / ``update_priority`` O(k log capacity) for k slots,
+``sample`` O(B log capacity); memory O(capacity) for the two trees.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .random_sampler import check_batch_size, check_not_empty
+from .storage import check_index
+from .sum_tree import MinTree, SumTree
+
+
+def _check_param(name: str, value) -> float:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}={value!r}, but should be a finite number >= 0")
+    return float(value)
+
+
+class PrioritizedSampler:
+    """Sum tree + min tree over ``capacity`` slots (see module doc)."""
+
+    def __init__(self, capacity: int, alpha: float, beta: float, eps: float = 1e-8):
+        self.capacity = capacity
+        self.alpha = _check_param("alpha", alpha)
+        self.beta = _check_param("beta", beta)
+        self.eps = _check_param("eps", eps)
+        self.sum_tree = SumTree(capacity)
+        self.min_tree = MinTree(capacity)  # holds +inf for zero leaves: they are never sampled
+        self.max_priority = 1.0
+
+    def check_priority(self, priority, n: int) -> torch.Tensor:
+        """Raw priorities as float64[n]; ValueError if the shape or a value is wrong."""
+        priority = torch.as_tensor(priority).detach().to("cpu", torch.float64)
+        if tuple(priority.shape) != (n,):
+            raise ValueError(f"priority.shape={tuple(priority.shape)}, but should be ({n},)")
+        bad = priority[~torch.isfinite(priority) | (priority < 0)]
+        if bad.numel():
+            raise ValueError(f"priority={bad[:5].tolist()}, but should be finite and >= 0")
+        return priority
+
+    def _store(self, index: torch.Tensor, raw: torch.Tensor) -> None:
+        """The ONLY place a raw priority is transformed."""
+        value = (raw + self.eps) ** self.alpha
+        self.sum_tree.update(index, value)
+        self.min_tree.update(index, torch.where(value > 0, value, math.inf))
+        if raw.numel():
+            self.max_priority = max(self.max_priority, float(raw.max()))
+
+    def on_write(self, index, priority=None) -> None:
+        """New rows at ``index``: their raw ``priority``, or ``max_priority`` if None."""
+        index = check_index(index, self.capacity)
+        if priority is None:
+            raw = torch.full((len(index),), self.max_priority, dtype=torch.float64)
+        else:
+            raw = self.check_priority(priority, len(index))
+        self._store(index, raw)
+
+    def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
+        """Set raw priorities; entries with a stale ``generation`` are skipped."""
+        index = check_index(index, self.capacity)
+        raw = self.check_priority(priority, len(index))
+        keep = torch.ones(len(index), dtype=torch.bool)
+        if current_generation is not None:
+            current = torch.as_tensor(current_generation)
+            if current.shape != index.shape:
+                raise ValueError(
+                    f"current_generation.shape={tuple(current.shape)}, but should be {tuple(index.shape)}"
+                )
+            never = index[current < 0]
+            if never.numel():
+                raise ValueError(f"index={never[:5].tolist()}, but should be slots already written")
+            if generation is not None:
+                generation = torch.as_tensor(generation)
+                if generation.shape != index.shape:
+                    raise ValueError(
+                        f"generation.shape={tuple(generation.shape)}, but should be {tuple(index.shape)}"
+                    )
+                keep = generation.to(current.dtype) == current
+        self._store(index[keep], raw[keep])
+
+    def indices_from_uniforms(self, u: torch.Tensor, size: int | None = None) -> torch.Tensor:
+        """Map float64 uniforms in [0, 1) to slots; ``size`` is unused (the tree knows)."""
+        return self.sum_tree.find_prefix(u * self.sum_tree.total())
+
+    def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
+        """``{"index": int64[B], "weight": float32[B]}``; ``cursor`` is unused."""
+        check_batch_size(batch_size)
+        check_not_empty(storage)
+        total = self.sum_tree.total()
+        if not total > 0:
+            raise ValueError(f"total priority={total}, but should be > 0 to sample")
+        u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
+        index = self.indices_from_uniforms(u)
+        n = len(storage)
+        p = self.sum_tree.leaf(index) / total
+        p_min = self.min_tree.min() / total
+        weight = (n * p) ** -self.beta / (n * p_min) ** -self.beta
+        return {"index": index, "weight": weight.to(torch.float32)}
+
+    def state_dict(self) -> dict:
+        return {
+            "type": "PrioritizedSampler",
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "eps": self.eps,
+            "max_priority": self.max_priority,
+            "sum_tree": self.sum_tree.state_dict(),
+            "min_tree": self.min_tree.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace params, trees and max priority; ValueError before any change if invalid."""
+        if state.get("type") != "PrioritizedSampler":
+            raise ValueError(f"sampler type={state.get('type')!r}, but should be 'PrioritizedSampler'")
+        alpha, beta, eps = (_check_param(k, state[k]) for k in ("alpha", "beta", "eps"))
+        max_priority = state["max_priority"]
+        if not isinstance(max_priority, float) or not math.isfinite(max_priority):
+            raise ValueError(f"max_priority={max_priority!r}, but should be a finite float")
+        sum_tree, min_tree = SumTree(self.capacity), MinTree(self.capacity)
+        sum_tree.load_state_dict(state["sum_tree"])
+        min_tree.load_state_dict(state["min_tree"])
+        self.alpha, self.beta, self.eps, self.max_priority = alpha, beta, eps, max_priority
+        self.sum_tree, self.min_tree = sum_tree, min_tree

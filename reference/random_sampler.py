@@ -1,0 +1,53 @@
+"""Uniform sampling with replacement.
+
+Contract
+--------
+* ``sample(storage, batch_size, generator)`` draws
+  ``u = torch.rand(batch_size, generator=generator, dtype=torch.float64)`` and
+  returns ``{"index": indices_from_uniforms(u, len(storage))}``.
+* ``indices_from_uniforms(u, size) = min(floor(u * size), size - 1)``: the
+  same uniforms give the same indices in every implementation that shares
+  the randomness.
+* Every valid row has probability ``1 / len(storage)`` per draw.
+
+Cost: O(batch_size). No state besides the caller's generator.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_batch_size(batch_size) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r}, but should be an int >= 1")
+
+
+def check_not_empty(storage) -> None:
+    if len(storage) == 0:
+        raise ValueError("len(buffer)=0, but should be >= 1 to sample")
+
+
+class RandomSampler:
+    """Uniform sampling with replacement over the valid rows (see module doc)."""
+
+    def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
+        """``{"index": int64[batch_size]}``; ``cursor`` is unused (same signature as the others)."""
+        check_batch_size(batch_size)
+        check_not_empty(storage)
+        u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
+        return {"index": self.indices_from_uniforms(u, len(storage))}
+
+    def indices_from_uniforms(self, u: torch.Tensor, size: int) -> torch.Tensor:
+        """Map float64 uniforms in [0, 1) to slots ``0 .. size-1``."""
+        return torch.floor(u * size).long().clamp_(max=size - 1)
+
+    def on_write(self, index: torch.Tensor, priority=None) -> None:
+        """Nothing to track: every row is equally likely."""
+
+    def state_dict(self) -> dict:
+        return {"type": "RandomSampler"}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("type") != "RandomSampler":
+            raise ValueError(f"sampler type={state.get('type')!r}, but should be 'RandomSampler'")

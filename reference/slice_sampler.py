@@ -1,0 +1,112 @@
+"""Sampling contiguous slices of trajectories.
+
+Contract
+--------
+* A trajectory is a maximal run of rows with equal ``episode_key`` value in
+  WRITE ORDER: the ring is read from its oldest slot (slot 0 while not full,
+  the writer's cursor once full), so a trajectory may wrap past the last slot.
+  With ``done_key`` instead, a trajectory ends at each row whose done flag is
+  True (and at the newest row).
+* Exactly one of ``num_slices`` / ``slice_len`` is fixed; the other is
+  ``batch_size // it`` and ``batch_size`` must be divisible by it.
+* Eligible trajectories: length >= ``slice_len`` when ``strict_length``,
+  otherwise all (a short one gives a shorter slice, so the batch may be
+  smaller than ``batch_size``). Each slice picks an eligible trajectory
+  uniformly with replacement, then a start uniformly in
+  ``[0, max(length - slice_len, 0)]``.
+* Returned ``index`` holds the physical slots of the slices, one after the
+  other, each contiguous in write order and inside one trajectory;
+  ``traj`` holds, per row, the trajectory's rank in write order (0 = oldest).
+  No eligible trajectory -> ValueError.
+
+Cost: O(len(storage)) per sample to find the trajectories, plus O(batch_size).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .random_sampler import check_batch_size, check_not_empty
+
+
+class SliceSampler:
+    """Uniform trajectory slices (see module doc)."""
+
+    def __init__(self, num_slices=None, slice_len=None, episode_key="episode", done_key=None,
+                 strict_length=True):
+        if (num_slices is None) == (slice_len is None):
+            raise ValueError(
+                f"num_slices={num_slices!r}, slice_len={slice_len!r}, but should be exactly one set"
+            )
+        for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name}={value!r}, but should be an int >= 1")
+        self.num_slices, self.slice_len = num_slices, slice_len
+        self.episode_key, self.done_key = episode_key, done_key
+        self.strict_length = bool(strict_length)
+
+    def shape(self, batch_size: int) -> tuple[int, int]:
+        """``(num_slices, slice_len)`` for a batch of ``batch_size`` rows."""
+        check_batch_size(batch_size)
+        fixed = self.num_slices or self.slice_len
+        if batch_size % fixed:
+            name = "num_slices" if self.num_slices else "slice_len"
+            raise ValueError(f"batch_size={batch_size}, but should be a multiple of {name}={fixed}")
+        if self.num_slices:
+            return self.num_slices, batch_size // self.num_slices
+        return batch_size // self.slice_len, self.slice_len
+
+    def trajectories(self, storage, cursor: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(order, start, length)``: slots oldest first, and each run's start/length in it."""
+        size = len(storage)
+        order = torch.arange(size) if size < storage.capacity else (cursor + torch.arange(size)) % size
+        key = self.done_key or self.episode_key
+        if key not in storage.data.keys(include_nested=True):
+            raise ValueError(f"key={key!r}, but should be a key of the stored data")
+        column = storage.data[key][:size].reshape(size, -1)[order]
+        new = torch.ones(size, dtype=torch.bool)  # new[i]: row i starts a trajectory
+        if self.done_key:  # the row after a done row
+            new[1:] = column[:-1].any(dim=1)
+        else:  # a change of episode id
+            new[1:] = (column[1:] != column[:-1]).any(dim=1)
+        start = torch.nonzero(new).flatten()
+        length = torch.diff(start, append=torch.tensor([size]))
+        return order, start, length
+
+    def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
+        """``{"index": int64[rows], "traj": int64[rows]}``; ``cursor`` = the writer's next slot."""
+        num_slices, slice_len = self.shape(batch_size)
+        check_not_empty(storage)
+        order, start, length = self.trajectories(storage, cursor)
+        eligible = torch.nonzero(length >= slice_len if self.strict_length else length > 0).flatten()
+        if len(eligible) == 0:
+            raise ValueError(
+                f"trajectories of length >= slice_len={slice_len}: 0, but should be >= 1 "
+                f"(longest is {int(length.max())}; try strict_length=False)"
+            )
+        pick = torch.rand(num_slices, generator=generator, dtype=torch.float64)
+        traj = eligible[torch.floor(pick * len(eligible)).long().clamp_(max=len(eligible) - 1)]
+        span = (length[traj] - slice_len).clamp(min=0) + 1  # number of possible starts
+        offset = torch.floor(torch.rand(num_slices, generator=generator, dtype=torch.float64) * span)
+        first = start[traj] + offset.long().minimum(span - 1)
+        rows = length[traj].clamp(max=slice_len)  # slice lengths (all slice_len when strict)
+        pairs = zip(first.tolist(), rows.tolist(), strict=True)
+        position = torch.cat([torch.arange(f, f + r) for f, r in pairs])  # in write order
+        return {"index": order[position], "traj": traj.repeat_interleave(rows)}
+
+    def on_write(self, index, priority=None) -> None:
+        """Nothing to track: trajectories are read from the data at sample time."""
+
+    def state_dict(self) -> dict:
+        return {"type": "SliceSampler", "num_slices": self.num_slices, "slice_len": self.slice_len,
+                "episode_key": self.episode_key, "done_key": self.done_key,
+                "strict_length": self.strict_length}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("type") != "SliceSampler":
+            raise ValueError(f"sampler type={state.get('type')!r}, but should be 'SliceSampler'")
+        params = {k: state[k] for k in ("num_slices", "slice_len", "episode_key", "done_key",
+                                        "strict_length")}
+        for k in ("episode_key", "done_key"):  # a nested key comes back from JSON as a list
+            params[k] = tuple(params[k]) if isinstance(params[k], list) else params[k]
+        self.__init__(**params)  # re-validates the parameters before anything is set

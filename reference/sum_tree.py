@@ -1,0 +1,110 @@
+"""Sum tree and min tree over ``capacity`` float64 leaves.
+
+Contract
+--------
+* The tree is a complete binary tree stored in an array ``nodes`` of length
+  ``2 * size`` where ``size`` is ``capacity`` rounded up to a power of two.
+  Node 1 is the root, node ``k`` has children ``2k`` and ``2k + 1`` and leaf
+  ``i`` lives at node ``size + i`` (node 0 is unused).
+* Unused leaves hold 0 (SumTree) or +inf (MinTree).
+* ``update(index, value)`` sets the leaves in order (a repeated index: the
+  last value wins), then recomputes every touched parent bottom up as
+  ``left + right`` (SumTree) or ``min(left, right)`` (MinTree).
+* ``SumTree.find_prefix(mass)`` descends from the root; at each node it goes
+  left if ``mass < left_sum or right_sum == 0``, else does
+  ``mass -= left_sum`` and goes right. Optimized implementations must use
+  exactly this arithmetic so that the same masses give the same leaves.
+  A leaf holding 0 is never reached while the total is positive and
+  ``mass >= 0``.
+
+Cost: ``update`` O(k log capacity) for k indices, ``find_prefix``
+O(B log capacity) for B masses, ``total``/``min`` O(1); memory 2 * size floats.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .storage import check_index, last_occurrence
+
+
+class _Tree:
+    empty = 0.0  # value of an unused leaf
+
+    def __init__(self, capacity: int):
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"capacity={capacity!r}, but should be an int >= 1")
+        self.capacity = capacity
+        self.size = 1 << (capacity - 1).bit_length()  # next power of two
+        self.nodes = torch.full((2 * self.size,), self.empty, dtype=torch.float64)
+
+    def combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def update(self, index, value) -> None:
+        """Set leaves ``index`` to ``value`` (same shape) and refresh their ancestors."""
+        index = check_index(index, self.capacity)
+        value = torch.as_tensor(value).to("cpu", torch.float64)
+        if value.shape != index.shape:
+            raise ValueError(f"value.shape={tuple(value.shape)}, but should be {tuple(index.shape)}")
+        if len(index) == 0:
+            return
+        keep = last_occurrence(index, self.capacity)  # a repeated index: last write wins
+        self.nodes[self.size + index[keep]] = value[keep]
+        parent = torch.unique((index + self.size) // 2)
+        while parent[0] >= 1:
+            self.nodes[parent] = self.combine(self.nodes[2 * parent], self.nodes[2 * parent + 1])
+            parent = torch.unique(parent // 2)
+
+    def leaf(self, index) -> torch.Tensor:
+        """The float64 leaf values at ``index``."""
+        return self.nodes[self.size + check_index(index, self.capacity)]
+
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "nodes": self.nodes.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        nodes = state["nodes"]
+        if state["capacity"] != self.capacity:
+            raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
+        if nodes.dtype != torch.float64 or tuple(nodes.shape) != (2 * self.size,):
+            raise ValueError(
+                f"nodes={nodes.dtype}{list(nodes.shape)}, but should be torch.float64[{2 * self.size}]"
+            )
+        self.nodes = nodes.clone()
+
+
+class SumTree(_Tree):
+    """Leaves and their partial sums; ``total()`` is the sum of all leaves."""
+
+    empty = 0.0
+
+    def combine(self, left, right):
+        return left + right
+
+    def total(self) -> float:
+        return float(self.nodes[1])
+
+    def find_prefix(self, mass) -> torch.Tensor:
+        """For each float64 ``mass``, the leaf whose prefix-sum interval contains it."""
+        mass = torch.as_tensor(mass, dtype=torch.float64).clone()
+        node = torch.ones(mass.shape, dtype=torch.long)
+        for _ in range(self.size.bit_length() - 1):  # depth of the tree
+            left = 2 * node
+            left_sum, right_sum = self.nodes[left], self.nodes[left + 1]
+            go_left = (mass < left_sum) | (right_sum == 0)
+            mass = torch.where(go_left, mass, mass - left_sum)
+            node = torch.where(go_left, left, left + 1)
+        return node - self.size
+
+
+class MinTree(_Tree):
+    """Leaves and their partial minima; ``min()`` is the smallest leaf."""
+
+    empty = float("inf")
+
+    def combine(self, left, right):
+        return torch.minimum(left, right)
+
+    def min(self) -> float:
+        return float(self.nodes[1])

@@ -1,0 +1,293 @@
+"""Adapters for buffers shaped like the reference ``ReplayBuffer``.
+
+:func:`buffer_adapter` wraps any class with the reference buffer's public
+shape -- ``ReplayBuffer(capacity, *, storage, sampler, transform, batch_size,
+pin_memory, priority_key, generator)`` with ``extend / add / sample /
+update_priority / dumps / loads / cursor / write_count`` and ``storage`` /
+``sampler`` / ``writer`` attributes -- into a :class:`BufferUnderTest`. The
+reference uses it (:func:`reference_adapter`) and so do the variants, which
+pass their own buffer class and components.
+
+Nothing here imports ``reference`` at module import time: an adapter can be
+listed (``--impl``, the report header) even while a backend is broken, and
+the import error then shows up where a buffer is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import torch
+from tensordict import TensorDictBase
+
+from harness.protocol import CAPABILITIES, Adapter, BufferSpec
+
+#: Components a spec is built from; a variant may replace any of them.
+COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler")
+
+
+def _reference_components() -> SimpleNamespace:
+    ref = importlib.import_module("reference")
+    return SimpleNamespace(**{n: getattr(ref, n) for n in COMPONENT_NAMES})
+
+
+def _attr(obj: Any, name: str) -> Any:
+    """``obj.name`` or ``obj._name`` (buffers differ in what they make public)."""
+    for candidate in (name, "_" + name):
+        if hasattr(obj, candidate):
+            return getattr(obj, candidate)
+    raise AttributeError(f"{type(obj).__name__}.{name} is missing, but should exist")
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why "cuda" cannot run here, or None when it can."""
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False (no CUDA device on this machine)"
+    return None
+
+
+class ShapedBuffer:
+    """A :class:`BufferUnderTest` over one buffer with the reference's shape."""
+
+    def __init__(self, buffer: Any, spec: BufferSpec):
+        self.buffer = buffer
+        self.spec = spec
+
+    def __repr__(self) -> str:
+        return f"ShapedBuffer({type(self.buffer).__module__}.{type(self.buffer).__qualname__}, {self.spec})"
+
+    # writing
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        return self.buffer.extend(data)
+
+    def add(self, row: TensorDictBase) -> int:
+        return int(self.buffer.add(row))
+
+    # reading
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def sample(self, batch_size: int | None = None):
+        return self.buffer.sample(batch_size)
+
+    def contents(self) -> TensorDictBase:
+        storage = _attr(self.buffer, "storage")
+        index = torch.arange(len(storage), dtype=torch.long)
+        return storage.get(index).clone()
+
+    @property
+    def cursor(self) -> int:
+        return int(self.buffer.cursor)
+
+    @property
+    def write_count(self) -> int:
+        return int(self.buffer.write_count)
+
+    # priorities
+    def _prioritized(self) -> Any:
+        sampler = _attr(self.buffer, "sampler")
+        if not hasattr(sampler, "sum_tree"):
+            raise NotImplementedError(
+                f"sampler={type(sampler).__name__}, but should be a prioritized sampler "
+                f"(spec.sampler={self.spec.sampler!r})"
+            )
+        return sampler
+
+    def update_priority(self, index, priority, generation=None) -> None:
+        if generation is None:
+            self.buffer.update_priority(index, priority)
+        else:
+            self.buffer.update_priority(index, priority, generation=generation)
+
+    def stored_priority(self, index) -> torch.Tensor:
+        tree = self._prioritized().sum_tree
+        return tree.leaf(torch.as_tensor(index, dtype=torch.long)).to(torch.float64)
+
+    @property
+    def max_priority(self) -> float:
+        return self._prioritized().max_priority
+
+    # shared randomness
+    def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
+        if hasattr(self.buffer, "indices_from_uniforms"):
+            return self.buffer.indices_from_uniforms(u)
+        sampler = _attr(self.buffer, "sampler")
+        if not hasattr(sampler, "indices_from_uniforms"):
+            raise NotImplementedError(
+                f"{type(sampler).__name__}.indices_from_uniforms is missing, but should exist "
+                f"for capability 'shared_rng'"
+            )
+        return sampler.indices_from_uniforms(u, len(self.buffer))
+
+    # checkpoints
+    def save(self, path: Path) -> None:
+        self.buffer.dumps(path)
+
+    def load(self, path: Path) -> None:
+        self.buffer.loads(path)
+
+
+def make_components(spec: BufferSpec, components: Any) -> tuple[Any, Any]:
+    """``(storage, sampler)`` for ``spec`` from a namespace of component classes."""
+    storage = components.TensorStorage(spec.capacity, device=spec.device)
+    if spec.sampler == "random":
+        sampler = components.RandomSampler()
+    elif spec.sampler == "prioritized":
+        sampler = components.PrioritizedSampler(spec.capacity, spec.alpha, spec.beta, spec.eps)
+    elif spec.sampler == "slice":
+        sampler = components.SliceSampler(
+            num_slices=spec.num_slices,
+            slice_len=spec.slice_len,
+            episode_key=spec.episode_key,
+            strict_length=spec.strict_length,
+        )
+    else:
+        raise ValueError(
+            f"spec.sampler={spec.sampler!r}, but should be 'random', 'prioritized' or 'slice'"
+        )
+    return storage, sampler
+
+
+def patch_module_pin_step(module_name: str) -> Callable[[Callable], Any]:
+    """A ``patch_pin_step`` hook for a buffer that looks up
+    ``<module>.pin_sample`` and ``<module>.require_accelerator`` at call time.
+
+    Inside the returned context manager the accelerator precondition is
+    lifted (so ``pin_memory=True`` can be built on a CPU-only machine) and
+    the pin step is ``recorder(sample, info) -> (sample, info)``.
+    """
+
+    @contextlib.contextmanager
+    def patch(recorder: Callable) -> Iterator[Callable]:
+        module = importlib.import_module(module_name)
+        with mock.patch.object(module, "pin_sample", recorder), mock.patch.object(
+            module, "require_accelerator", lambda *args, **kwargs: None
+        ):
+            yield recorder
+
+    return patch
+
+
+def buffer_adapter(
+    name: str,
+    version: str,
+    buffer_cls: type | Callable[[], type],
+    capabilities: Iterable[str],
+    *,
+    components: Any = None,
+    unavailable: dict[str, str] | None = None,
+    place_policy: Callable | None = None,
+    pin_module: str | None = "reference.pinning",
+    known_failures: Path | None = None,
+) -> Adapter:
+    """An :class:`Adapter` for ``buffer_cls``, a class with the reference
+    ``ReplayBuffer``'s public shape.
+
+    ``buffer_cls`` may be a zero-argument callable returning the class (so
+    the import happens on first use). ``components`` is a namespace with
+    ``TensorStorage``, ``RandomSampler``, ``PrioritizedSampler`` and
+    ``SliceSampler`` (any missing one is taken from ``reference``), or a
+    zero-argument callable returning one. ``cuda`` is reported unavailable
+    automatically when no CUDA device is present.
+    """
+    capabilities = frozenset(capabilities)
+    unavailable = dict(unavailable or {})
+    if "cuda" in capabilities and "cuda" not in unavailable:
+        why = cuda_unavailable_reason()
+        if why:
+            unavailable["cuda"] = why
+
+    def resolve_cls() -> type:
+        if isinstance(buffer_cls, type):
+            return buffer_cls
+        return buffer_cls()
+
+    def resolve_components() -> SimpleNamespace:
+        given = components() if callable(components) and not isinstance(components, SimpleNamespace) else components
+        merged = {}
+        fallback = None
+        for component in COMPONENT_NAMES:
+            value = getattr(given, component, None) if given is not None else None
+            if value is None:
+                fallback = fallback or _reference_components()
+                value = getattr(fallback, component)
+            merged[component] = value
+        return SimpleNamespace(**merged)
+
+    def make(spec: BufferSpec) -> ShapedBuffer:
+        cls = resolve_cls()
+        storage, sampler = make_components(spec, resolve_components())
+        kwargs: dict[str, Any] = dict(
+            storage=storage,
+            sampler=sampler,
+            transform=spec.transform,
+            batch_size=spec.batch_size,
+            pin_memory=spec.pin_memory,
+            generator=spec.seed,
+        )
+        if spec.priority_key is not None:  # None: the implementation's default key
+            kwargs["priority_key"] = spec.priority_key
+        return ShapedBuffer(cls(spec.capacity, **kwargs), spec)
+
+    return Adapter(
+        name=name,
+        version=version,
+        make=make,
+        capabilities=capabilities,
+        unavailable=unavailable,
+        place_policy=place_policy,
+        patch_pin_step=patch_module_pin_step(pin_module) if pin_module else None,
+        known_failures=known_failures,
+    )
+
+
+def project_version() -> str:
+    """The installed rbcheck version, or the source tree's when not installed."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("rbcheck")
+    except PackageNotFoundError:
+        return "0.1.0+source"
+
+
+def _place_policy(policy: Any, device: torch.device, allow_in_place: bool = True) -> Any:
+    from reference.policy import place_policy
+
+    return place_policy(policy, device, allow_in_place)
+
+
+def _reference_buffer_cls() -> type:
+    from reference.buffer import ReplayBuffer
+
+    return ReplayBuffer
+
+
+def reference_adapter() -> Adapter:
+    """The reference implementation: declares every capability."""
+    return buffer_adapter(
+        "reference",
+        project_version(),
+        _reference_buffer_cls,
+        CAPABILITIES,
+        components=_reference_components,
+        place_policy=_place_policy,
+        pin_module="reference.pinning",
+    )
+
+
+__all__ = [
+    "ShapedBuffer",
+    "buffer_adapter",
+    "cuda_unavailable_reason",
+    "make_components",
+    "patch_module_pin_step",
+    "project_version",
+    "reference_adapter",
+]

@@ -1,0 +1,65 @@
+"""Built-in adapters for the optimized variants (``--impl device`` / ``--impl triton``).
+
+Both wrap :class:`variants.ReplayBuffer` with :func:`buffer_adapter`, using the
+variants' components (device storage, batched samplers). ``spec.device``
+places the buffer ("cpu" by default, so the suite runs everywhere; "cuda"
+needs the ``cuda`` capability, reported unavailable without a GPU).
+
+* ``device``: trees updated and searched with vectorized torch ops.
+* ``triton``: the same buffer with the prioritized sampler's trees run by
+  Triton kernels (``variants/triton_tree.py``); without CUDA the kernels run
+  in Triton's interpreter. If Triton does not import, every capability is
+  reported unavailable with the import error.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+from harness.adapters.reference import buffer_adapter, project_version
+
+#: What the variants claim (everything but policy placement, which is not theirs).
+CAPABILITIES = frozenset({
+    "random", "prioritized", "slice", "transforms", "pin_memory", "save_load",
+    "shared_rng", "stale_updates", "priority_key", "cuda", "bad_input",
+})
+
+
+def _components(backend: str) -> SimpleNamespace:
+    import variants
+
+    return SimpleNamespace(
+        TensorStorage=variants.DeviceStorage,
+        RandomSampler=variants.RandomSampler,
+        PrioritizedSampler=functools.partial(variants.PrioritizedSampler, backend=backend),
+        SliceSampler=variants.SliceSampler,
+    )
+
+
+def _buffer_cls() -> type:
+    from variants import ReplayBuffer
+
+    return ReplayBuffer
+
+
+def device():
+    """The device variant with torch-only tree operations."""
+    return buffer_adapter("device", project_version(), _buffer_cls, CAPABILITIES,
+                          components=lambda: _components("torch"), pin_module="reference.pinning")
+
+
+def triton():
+    """The device variant with Triton kernels for the trees."""
+    from variants import triton_tree  # sets TRITON_INTERPRET before any kernel exists (no CUDA)
+
+    unavailable = {}
+    if triton_tree.UNAVAILABLE is not None:
+        unavailable = {cap: f"triton does not import ({triton_tree.UNAVAILABLE})"
+                       for cap in CAPABILITIES}
+    return buffer_adapter("triton", project_version(), _buffer_cls, CAPABILITIES,
+                          components=lambda: _components("triton"), unavailable=unavailable,
+                          pin_module="reference.pinning")
+
+
+__all__ = ["CAPABILITIES", "device", "triton"]

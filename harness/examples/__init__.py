@@ -1,0 +1,1 @@
+"""Example adapters for people wiring their own buffer into rbcheck."""

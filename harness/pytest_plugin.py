@@ -1,0 +1,508 @@
+"""rbcheck's pytest plugin: which implementation is under test, and how its
+results are reported.
+
+Options (each with an environment variable):
+
+* ``--impl NAME`` (``RBCHECK_IMPL``, default ``reference``): a built-in name
+  (``harness.adapters.builtin_names()``) or ``pkg.module:factory``.
+* ``--rbcheck-profile {ci,dev,thorough}`` (``RBCHECK_PROFILE``, default
+  ``dev``): the Hypothesis settings profile.
+* ``--rbcheck-results PATH``: write every test outcome as JSON (read by
+  ``python -m harness.report``).
+* ``--rbcheck-known-failures PATH``: a known-failures file to use instead of
+  the adapter's own (``harness/known_failures/<name>.txt``).
+
+Fixtures: ``impl`` (the Adapter), ``make_buffer(spec=None, **fields)``,
+``reference_impl`` (the reference Adapter, the model). Marker:
+``@pytest.mark.requires("prioritized", ...)``: the test is skipped with
+``"not declared: <cap>"`` when the adapter does not declare a capability and
+``"unavailable: <cap>: <why>"`` when it declares it but it cannot run here;
+the results file records the latter as ``unavailable``, never as a pass.
+
+Known-failures files hold one test id per line followed by
+``# reason (link)``. An id is a node id (``tests/conformance/test_x.py::test_y[p]``),
+or its tail (``test_x.py::test_y``, ``test_y``); without ``[...]`` it covers
+every parametrization. Matching tests are marked xfail (non-strict: a fixed
+bug shows up as XPASS); an id that matches no collected test warns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.adapters import AdapterLoadError, load_adapter
+from harness.protocol import CAPABILITIES, Adapter, BufferSpec
+
+DEFAULT_IMPL = "reference"
+DEFAULT_PROFILE = "dev"
+PROFILES = ("ci", "dev", "thorough")
+RESULTS_SCHEMA = 1
+
+
+class KnownFailureWarning(pytest.PytestWarning):
+    """A known-failures entry that matches no collected test."""
+
+
+# --------------------------------------------------------------------------
+# Hypothesis profiles
+# --------------------------------------------------------------------------
+
+
+def register_profiles() -> None:
+    """ci: few examples, derandomized, no database (reproducible and fast on
+    2 cores); dev: the default; thorough: many examples, for a nightly run."""
+    from hypothesis import HealthCheck, settings
+
+    quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    settings.register_profile(
+        "ci",
+        max_examples=20,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        print_blob=True,
+        suppress_health_check=quiet,
+    )
+    settings.register_profile(
+        "dev", max_examples=50, deadline=None, print_blob=True, suppress_health_check=quiet
+    )
+    settings.register_profile(
+        "thorough", max_examples=1000, deadline=None, print_blob=True, suppress_health_check=quiet
+    )
+
+
+# --------------------------------------------------------------------------
+# Known failures
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class KnownFailure:
+    test_id: str
+    reason: str
+    line: int
+    matched: int = 0
+
+
+def parse_known_failures(path: Path) -> list[KnownFailure]:
+    """Entries of a known-failures file (blank lines and ``#`` lines skipped)."""
+    entries = []
+    for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
+        text = raw.strip()
+        if not text or text.startswith("#"):
+            continue
+        test_id, _, reason = text.partition("#")
+        test_id, reason = test_id.strip(), reason.strip()
+        if not reason:
+            reason = "no reason given"
+        entries.append(KnownFailure(test_id, reason, number))
+    return entries
+
+
+def id_matches(test_id: str, nodeid: str) -> bool:
+    """Whether a known-failure id names ``nodeid`` (see module doc)."""
+    candidates = [nodeid]
+    if "[" not in test_id and "[" in nodeid:
+        candidates.append(nodeid.split("[", 1)[0])
+    return any(
+        c == test_id or c.endswith("/" + test_id) or c.endswith("::" + test_id) for c in candidates
+    )
+
+
+# --------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class State:
+    impl_name: str
+    adapter: Adapter
+    profile: str
+    results_path: Path | None
+    known_failures_path: Path | None
+    known_failures: list[KnownFailure] = field(default_factory=list)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+_STATE_KEY = pytest.StashKey[State]()
+_current: State | None = None
+
+
+def adapter_under_test() -> Adapter:
+    """The adapter selected for this pytest run (for code that runs at
+    collection time, e.g. a strategy that depends on capabilities)."""
+    if _current is None:
+        return load_adapter(os.environ.get("RBCHECK_IMPL", DEFAULT_IMPL))
+    return _current.adapter
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rbcheck", "rbcheck: the replay buffer under test")
+    group.addoption(
+        "--impl",
+        dest="rbcheck_impl",
+        default=None,
+        help="implementation under test: a built-in name or pkg.module:factory "
+        f"(env RBCHECK_IMPL, default {DEFAULT_IMPL!r})",
+    )
+    group.addoption(
+        "--rbcheck-profile",
+        dest="rbcheck_profile",
+        default=None,
+        help=f"Hypothesis profile, one of {', '.join(PROFILES)} "
+        f"(env RBCHECK_PROFILE, default {DEFAULT_PROFILE!r})",
+    )
+    group.addoption(
+        "--rbcheck-results",
+        dest="rbcheck_results",
+        default=None,
+        help="write every test outcome to this JSON file (for python -m harness.report)",
+    )
+    group.addoption(
+        "--rbcheck-known-failures",
+        dest="rbcheck_known_failures",
+        default=None,
+        help="known-failures file to use instead of the adapter's own",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _current
+    config.addinivalue_line(
+        "markers",
+        "requires(*capabilities): skip unless the implementation under test declares "
+        "the capabilities and they can run here",
+    )
+    impl_name = config.getoption("rbcheck_impl") or os.environ.get("RBCHECK_IMPL") or DEFAULT_IMPL
+    profile = (
+        config.getoption("rbcheck_profile") or os.environ.get("RBCHECK_PROFILE") or DEFAULT_PROFILE
+    )
+    if profile not in PROFILES:
+        raise pytest.UsageError(
+            f"rbcheck profile={profile!r}, but should be one of {', '.join(PROFILES)}"
+        )
+    try:
+        adapter = load_adapter(impl_name)
+    except AdapterLoadError as err:
+        raise pytest.UsageError(str(err)) from err
+    except Exception as err:  # a factory that crashed
+        raise pytest.UsageError(
+            f"impl={impl_name!r}: loading the adapter raised {type(err).__name__}: {err}"
+        ) from err
+
+    register_profiles()
+    from hypothesis import settings
+
+    if not config.getoption("hypothesis_profile", default=None):
+        settings.load_profile(profile)
+
+    results = config.getoption("rbcheck_results")
+    override = config.getoption("rbcheck_known_failures")
+    kf_path = Path(override) if override else adapter.known_failures
+    state = State(
+        impl_name=impl_name,
+        adapter=adapter,
+        profile=profile,
+        results_path=Path(results) if results else None,
+        known_failures_path=Path(kf_path) if kf_path else None,
+    )
+    if state.known_failures_path is not None:
+        if not state.known_failures_path.exists():
+            raise pytest.UsageError(
+                f"known failures file={str(state.known_failures_path)!r} does not exist, "
+                f"but should be a text file of test ids"
+            )
+        state.known_failures = parse_known_failures(state.known_failures_path)
+    config.stash[_STATE_KEY] = state
+    _current = state
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _current
+    if _current is config.stash.get(_STATE_KEY, None):
+        _current = None
+
+
+def _state(config: pytest.Config) -> State:
+    return config.stash[_STATE_KEY]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = _state(config)
+    adapter = state.adapter
+    lines = [
+        f"rbcheck implementation: {adapter.name} {adapter.version} (--impl {state.impl_name})",
+        "rbcheck capabilities: " + (", ".join(sorted(adapter.capabilities)) or "(none)"),
+    ]
+    if adapter.unavailable:
+        for cap, why in sorted(adapter.unavailable.items()):
+            lines.append(f"rbcheck unavailable: {cap}: {why}")
+    else:
+        lines.append("rbcheck unavailable: (none)")
+    lines.append(f"rbcheck hypothesis profile: {state.profile}")
+    if state.known_failures_path is not None:
+        lines.append(
+            f"rbcheck known failures: {len(state.known_failures)} ids from {state.known_failures_path.name}"
+        )
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Capabilities -> skips
+# --------------------------------------------------------------------------
+
+
+def capability_skip_reason(adapter: Adapter, capabilities: tuple[str, ...]) -> str | None:
+    """The skip reason for a test needing ``capabilities``, or None to run it."""
+    for cap in capabilities:
+        if cap not in CAPABILITIES:
+            raise ValueError(
+                f"requires({cap!r}): capability={cap!r}, but should be one of {sorted(CAPABILITIES)}"
+            )
+    for cap in capabilities:
+        if cap in adapter.unavailable:
+            return f"unavailable: {cap}: {adapter.unavailable[cap]}"
+    for cap in capabilities:
+        if cap not in adapter.capabilities:
+            return f"not declared: {cap}"
+    return None
+
+
+def spec_capabilities(spec: BufferSpec) -> tuple[str, ...]:
+    """Capabilities a :class:`BufferSpec` needs to be built."""
+    needed = []
+    if spec.sampler in ("random", "prioritized", "slice"):
+        needed.append(spec.sampler)
+    if spec.priority_key is not None and spec.sampler == "prioritized":
+        needed.append("priority_key")
+    if spec.transform is not None:
+        needed.append("transforms")
+    if spec.pin_memory:
+        needed.append("pin_memory")
+    if str(spec.device).startswith("cuda"):
+        needed.append("cuda")
+    return tuple(needed)
+
+
+def _file_of(test_id: str) -> str:
+    return test_id.split("::", 1)[0] if "::" in test_id else ""
+
+
+def _on_disk(root: Path, file_part: str) -> bool:
+    return (root / file_part).exists() or any(root.glob(f"tests/**/{file_part}"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselection: ids of deselected tests still match
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    state = _state(config)
+    for item in items:
+        for mark in item.iter_markers("requires"):
+            try:
+                reason = capability_skip_reason(state.adapter, tuple(mark.args))
+            except ValueError as err:
+                raise pytest.UsageError(f"{item.nodeid}: {err}") from err
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break
+        for entry in state.known_failures:
+            if id_matches(entry.test_id, item.nodeid):
+                entry.matched += 1
+                item.add_marker(
+                    pytest.mark.xfail(reason=f"known failure: {entry.reason}", strict=False)
+                )
+                break
+    collected_files = {item.nodeid.split("::", 1)[0] for item in items}
+    root = Path(str(config.rootpath))
+    for entry in state.known_failures:
+        if entry.matched:
+            continue
+        file_part = _file_of(entry.test_id)
+        in_run = any(f == file_part or f.endswith("/" + file_part) for f in collected_files)
+        if file_part and not in_run and _on_disk(root, file_part):
+            continue  # its file is not part of this run: nothing to say
+        if not file_part and not any(i.nodeid.startswith("tests/conformance/") for i in items):
+            continue  # a bare name, and the conformance suite is not being run
+        message = (
+            f"known failure id={entry.test_id!r} ({state.known_failures_path}:{entry.line}) "
+            f"matches no collected test, but should name one (fixed, renamed or mistyped?)"
+        )
+        state.warnings.append(message)
+        warnings.warn(KnownFailureWarning(message), stacklevel=1)
+
+
+# --------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def impl(request: pytest.FixtureRequest) -> Adapter:
+    """The Adapter under test (``--impl``)."""
+    return _state(request.config).adapter
+
+
+@pytest.fixture(scope="session")
+def reference_impl(request: pytest.FixtureRequest) -> Adapter:
+    """The reference Adapter: the model the implementation is compared with."""
+    state = _state(request.config)
+    if state.adapter.name == "reference":
+        return state.adapter
+    return load_adapter("reference")
+
+
+@pytest.fixture
+def make_buffer(impl: Adapter):
+    """``make_buffer(spec=None, **fields) -> BufferUnderTest`` for the adapter
+    under test. A spec needing a capability the adapter lacks (or has
+    unavailable) skips the test with the same reasons as ``requires``."""
+
+    def make(spec: BufferSpec | None = None, **fields: Any):
+        if spec is None:
+            spec = BufferSpec(**fields)
+        elif fields:
+            spec = spec.but(**fields)
+        reason = capability_skip_reason(impl, spec_capabilities(spec))
+        if reason:
+            pytest.skip(reason)
+        return impl.make(spec)
+
+    return make
+
+
+# --------------------------------------------------------------------------
+# Results file
+# --------------------------------------------------------------------------
+
+_PREFIX = re.compile(r"^(?:E\s)?[\s|+\-]*")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Failure|Exit)\b.*:")
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _plain_lines(text: str) -> list[str]:
+    """Report lines without pytest's ``E`` gutter and exception-group bars."""
+    return [_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
+
+
+def _falsifying_example(lines: list[str]) -> str:
+    for i, line in enumerate(lines):
+        if line.startswith(("Falsifying example:", "Falsifying explicit example:")):
+            taken = [line]
+            for follow in lines[i + 1 : i + 40]:
+                if not follow or follow.startswith(("Explanation:", "You can reproduce", "Traceback")):
+                    break
+                taken.append(follow)
+                if follow == ")":
+                    break
+            return one_line(" ".join(taken), 300)
+    return ""
+
+
+def failure_message(report: pytest.TestReport) -> str:
+    """``<explanation> | <Hypothesis falsifying example>`` on one line; for an
+    exception group (Hypothesis found several bugs) the first explained one,
+    with the group's summary after it."""
+    reprcrash = getattr(report.longrepr, "reprcrash", None)
+    crash = reprcrash.message.splitlines()[0] if reprcrash is not None and reprcrash.message else ""
+    lines = _plain_lines(report.longreprtext or "")
+    if "but should be" not in crash:
+        explained = [ln for ln in lines if "but should be" in ln and _EXCEPTION_LINE.match(ln)]
+        if explained:
+            crash = explained[0] + (f" ({crash})" if crash else "")
+        elif not crash:
+            errors = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
+            crash = errors[-1] if errors else (lines[-1] if lines else "")
+    example = _falsifying_example(lines)
+    return one_line(crash + (f" | {example}" if example else ""))
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+    else:
+        reason = str(longrepr)
+    return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+
+
+def property_name(item: pytest.Item) -> str:
+    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    name = getattr(item, "originalname", None) or item.name
+    return f"{module.removesuffix('.py')}::{name}"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    state = _state(session.config)
+    for item in session.items:
+        state.records[item.nodeid] = {
+            "nodeid": item.nodeid,
+            "property": property_name(item),
+            "doc": one_line(((getattr(item, "obj", None) and item.obj.__doc__) or "").strip().split("\n\n")[0], 200),
+            "outcome": "not run",
+            "message": "",
+        }
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    state = _current
+    if state is None:
+        return
+    record = state.records.setdefault(
+        report.nodeid,
+        {"nodeid": report.nodeid, "property": report.nodeid, "doc": "", "outcome": "not run", "message": ""},
+    )
+    if record["outcome"] in ("fail", "error") and report.when == "teardown":
+        return
+    if hasattr(report, "wasxfail"):
+        if report.skipped:
+            record.update(outcome="xfail", message=one_line(report.wasxfail))
+        elif report.passed and report.when == "call":
+            record.update(outcome="xpass", message=one_line(report.wasxfail))
+        return
+    if report.skipped:
+        reason = _skip_reason(report)
+        outcome = "unavailable" if reason.startswith("unavailable: ") else "skip"
+        record.update(outcome=outcome, message=one_line(reason))
+    elif report.failed:
+        outcome = "fail" if report.when == "call" else "error"
+        message = failure_message(report)
+        if report.when != "call":
+            message = f"in {report.when}: {message}"
+        record.update(outcome=outcome, message=message)
+    elif report.when == "call" and record["outcome"] == "not run":
+        record.update(outcome="pass", message="")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(_STATE_KEY, None)
+    if state is None or state.results_path is None:
+        return
+    adapter = state.adapter
+    payload = {
+        "schema": RESULTS_SCHEMA,
+        "implementation": adapter.name,
+        "impl_arg": state.impl_name,
+        "version": adapter.version,
+        "capabilities": sorted(adapter.capabilities),
+        "unavailable": dict(sorted(adapter.unavailable.items())),
+        "profile": state.profile,
+        "known_failures_file": str(state.known_failures_path) if state.known_failures_path else None,
+        "warnings": state.warnings,
+        "exitstatus": int(exitstatus),
+        "tests": list(state.records.values()),
+    }
+    state.results_path.parent.mkdir(parents=True, exist_ok=True)
+    state.results_path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -1,0 +1,312 @@
+"""The conformance report: every property against every implementation.
+
+    python -m harness.report [--impl NAME ...] [--out reports/] [--profile ci]
+
+For each implementation (default: every built-in name) the conformance suite
+(``tests/conformance``) runs in its own pytest subprocess with
+``--rbcheck-results``; an implementation whose adapter does not load is a
+column of "unavailable (why)". The table (property x implementation) is
+printed and written to ``<out>/conformance.md`` and ``<out>/conformance.json``.
+Each cell is one of::
+
+    pass | FAIL (<one-line counterexample>) | skipped (<reason>)
+    | unavailable (<capability>: <why>) | known failure (<reason>)
+    | XPASS (<reason>)  -- a known failure that passed: update the list
+    | not run | -- (the implementation's run did not collect it)
+
+Exit status: 1 when the reference or a variant fails anything, does not load,
+or crashes; third parties (``torchrl``, ``pkg.module:factory``) failing is
+reported, not an error. ``--from-results NAME=PATH`` builds the report from
+existing results files instead of running pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.adapters import builtin_names, load_adapter
+
+THIRD_PARTY = frozenset({"torchrl"})
+SUITE = "tests/conformance"
+CELL_WIDTH_MD = 140
+CELL_WIDTH_TEXT = 48
+
+
+@dataclass
+class ImplResult:
+    """One implementation's run: either loaded and run, or why not."""
+
+    name: str
+    status: str  # "ran" | "unavailable" | "crashed"
+    why: str = ""
+    version: str = ""
+    capabilities: list[str] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    exitstatus: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    tests: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_results(cls, name: str, payload: dict[str, Any]) -> ImplResult:
+        return cls(
+            name=name,
+            status="ran",
+            version=payload.get("version", ""),
+            capabilities=list(payload.get("capabilities", [])),
+            unavailable=dict(payload.get("unavailable", {})),
+            exitstatus=payload.get("exitstatus"),
+            warnings=list(payload.get("warnings", [])),
+            tests=list(payload.get("tests", [])),
+        )
+
+
+def is_third_party(name: str) -> bool:
+    return name in THIRD_PARTY or ":" in name
+
+
+def row_id(nodeid: str) -> str:
+    """A test's row in the table: its node id relative to the suite."""
+    prefix = SUITE.rstrip("/") + "/"
+    return nodeid[len(prefix):] if nodeid.startswith(prefix) else nodeid
+
+
+def cell_text(outcome: str, message: str) -> str:
+    if outcome == "pass":
+        return "pass"
+    if outcome in ("fail", "error"):
+        return f"FAIL ({message})" if message else "FAIL"
+    if outcome == "unavailable":
+        why = message[len("unavailable: "):] if message.startswith("unavailable: ") else message
+        return f"unavailable ({why})"
+    if outcome == "skip":
+        return f"skipped ({message})"
+    if outcome == "xfail":
+        reason = message[len("known failure: "):] if message.startswith("known failure: ") else message
+        return f"known failure ({reason})"
+    if outcome == "xpass":
+        return f"XPASS ({message})"
+    return outcome
+
+
+def build(results: list[ImplResult]) -> dict[str, Any]:
+    """The report as plain data (what conformance.json holds)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for result in results:
+        for test in result.tests:
+            rid = row_id(test["nodeid"])
+            row = rows.setdefault(rid, {"id": rid, "property": test.get("property", rid),
+                                        "doc": test.get("doc", ""), "cells": {}})
+            row["cells"][result.name] = {
+                "outcome": test["outcome"],
+                "message": test.get("message", ""),
+                "text": cell_text(test["outcome"], test.get("message", "")),
+            }
+    for row in rows.values():
+        for result in results:
+            if result.name in row["cells"]:
+                continue
+            if result.status == "ran":
+                cell = {"outcome": "absent", "message": "", "text": "--"}
+            else:
+                cell = {"outcome": result.status, "message": result.why,
+                        "text": f"{result.status} ({result.why})"}
+            row["cells"][result.name] = cell
+    implementations = {}
+    for result in results:
+        counts: dict[str, int] = {}
+        for test in result.tests:
+            counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
+        implementations[result.name] = {
+            "status": result.status,
+            "why": result.why,
+            "version": result.version,
+            "third_party": is_third_party(result.name),
+            "capabilities": result.capabilities,
+            "unavailable": result.unavailable,
+            "exitstatus": result.exitstatus,
+            "warnings": result.warnings,
+            "counts": counts,
+        }
+    return {
+        "implementations": implementations,
+        "order": [r.name for r in results],
+        "rows": list(rows.values()),
+    }
+
+
+def failures(report: dict[str, Any]) -> list[str]:
+    """What makes the exit status non-zero (reference and variants only)."""
+    problems = []
+    for name in report["order"]:
+        info = report["implementations"][name]
+        if info["third_party"]:
+            continue
+        if info["status"] != "ran":
+            problems.append(f"{name}: {info['status']} ({info['why']})")
+            continue
+        for row in report["rows"]:
+            cell = row["cells"][name]
+            if cell["outcome"] in ("fail", "error", "xpass"):
+                problems.append(f"{name}: {row['id']}: {cell['text']}")
+    return problems
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    order = report["order"]
+    lines = ["# Conformance report", ""]
+    lines.append("| implementation | version | result |")
+    lines.append("|---|---|---|")
+    for name in order:
+        info = report["implementations"][name]
+        if info["status"] != "ran":
+            summary = f"{info['status']} ({info['why']})"
+        else:
+            summary = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
+        kind = " (third party)" if info["third_party"] else ""
+        lines.append(f"| {name}{kind} | {_md_escape(info['version'])} | {_md_escape(summary)} |")
+    lines += ["", "| property | " + " | ".join(order) + " |", "|---" * (len(order) + 1) + "|"]
+    for row in report["rows"]:
+        cells = [_md_escape(_clip(row["cells"][n]["text"], CELL_WIDTH_MD)) for n in order]
+        lines.append(f"| `{row['id']}` | " + " | ".join(cells) + " |")
+    lines += ["", "## Implementations", ""]
+    for name in order:
+        info = report["implementations"][name]
+        lines.append(f"### {name}")
+        lines.append("")
+        if info["status"] != "ran":
+            lines.append(f"- {info['status']}: {info['why']}")
+        else:
+            lines.append(f"- version: {info['version']}")
+            lines.append(f"- capabilities: {', '.join(info['capabilities']) or '(none)'}")
+            for cap, why in sorted(info["unavailable"].items()):
+                lines.append(f"- unavailable: {cap}: {why}")
+            for warning in info["warnings"]:
+                lines.append(f"- warning: {warning}")
+        lines.append("")
+    details = [
+        (row["id"], name, row["cells"][name]["text"])
+        for row in report["rows"]
+        for name in order
+        if row["cells"][name]["outcome"] in ("fail", "error", "xpass")
+    ]
+    if details:
+        lines += ["## Failures in full", ""]
+        for rid, name, text in details:
+            lines.append(f"- **{name}** `{rid}`: {text}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_text(report: dict[str, Any]) -> str:
+    order = report["order"]
+    width = max([len("property")] + [len(r["id"]) for r in report["rows"]])
+    head = "property".ljust(width) + "  " + "  ".join(n[:CELL_WIDTH_TEXT].ljust(CELL_WIDTH_TEXT) for n in order)
+    lines = [head, "-" * len(head)]
+    for row in report["rows"]:
+        cells = [_clip(row["cells"][n]["text"], CELL_WIDTH_TEXT).ljust(CELL_WIDTH_TEXT) for n in order]
+        lines.append(row["id"].ljust(width) + "  " + "  ".join(cells).rstrip())
+    lines.append("")
+    for name in order:
+        info = report["implementations"][name]
+        if info["status"] != "ran":
+            lines.append(f"{name}: {info['status']} ({info['why']})")
+        else:
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
+            lines.append(f"{name} {info['version']}: {counts}")
+            for cap, why in sorted(info["unavailable"].items()):
+                lines.append(f"  unavailable: {cap}: {_clip(why, 160)}")
+    return "\n".join(lines)
+
+
+def run_one(name: str, profile: str, extra: list[str], workdir: Path) -> ImplResult:
+    """Load ``name``'s adapter (to report why it cannot load), then run the
+    suite against it in a subprocess."""
+    try:
+        load_adapter(name)
+    except Exception as err:  # any load failure makes the column unavailable
+        why = " ".join(f"{type(err).__name__}: {err}".split())
+        return ImplResult(name=name, status="unavailable", why=why)
+    safe = "".join(c if c.isalnum() else "_" for c in name)
+    results = workdir / f"results-{safe}.json"
+    command = [
+        sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider",
+        f"--impl={name}", f"--rbcheck-profile={profile}", f"--rbcheck-results={results}", *extra,
+    ]
+    env = dict(os.environ)
+    env.pop("RBCHECK_IMPL", None)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    if not results.exists():
+        tail = " ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        return ImplResult(name=name, status="crashed", why=f"pytest exit {proc.returncode}: {tail}",
+                          exitstatus=proc.returncode)
+    return ImplResult.from_results(name, json.loads(results.read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--impl", action="append", default=None,
+                        help="implementation to include (repeatable; default: every built-in name)")
+    parser.add_argument("--out", default="reports", help="directory for conformance.md/.json")
+    parser.add_argument("--profile", default=os.environ.get("RBCHECK_PROFILE", "ci"),
+                        help="Hypothesis profile for the runs (default ci)")
+    parser.add_argument("--from-results", action="append", default=[], metavar="NAME=PATH",
+                        help="use an existing --rbcheck-results file instead of running pytest")
+    parser.add_argument("--pytest-arg", action="append", default=[],
+                        help="extra argument passed to every pytest run (repeatable)")
+    args = parser.parse_args(argv)
+
+    results: list[ImplResult] = []
+    if not args.from_results and not Path(SUITE).is_dir():
+        parser.error(f"suite={SUITE!r} is not a directory here, but should be: run from the repository root")
+    if args.from_results:
+        for entry in args.from_results:
+            name, sep, path = entry.partition("=")
+            if not sep:
+                parser.error(f"--from-results={entry!r}, but should be NAME=PATH")
+            try:
+                payload = json.loads(Path(path).read_text())
+            except (OSError, ValueError) as err:
+                parser.error(f"--from-results {name}={path}: {err}, but should be a --rbcheck-results JSON file")
+            results.append(ImplResult.from_results(name, payload))
+    else:
+        names = args.impl or builtin_names()
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in names:
+                print(f"[rbcheck report] running {SUITE} --impl {name} ...", file=sys.stderr, flush=True)
+                results.append(run_one(name, args.profile, args.pytest_arg, Path(tmp)))
+
+    report = build(results)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conformance.md").write_text(render_markdown(report) + "\n")
+    (out / "conformance.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(render_text(report))
+    problems = failures(report)
+    if problems:
+        print(f"\n{len(problems)} problem(s) in the reference or a variant:", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    print(f"\nwrote {out / 'conformance.md'} and {out / 'conformance.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The pytest plugin, run in subprocesses against a throw-away project: the
+``--impl`` switch, the header, ``requires`` skips, known failures, profiles
+and the results file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+FAKE_ADAPTER = '''
+from harness.protocol import Adapter
+
+def factory():
+    return Adapter(
+        name="fake", version="9.9", make=lambda spec: None,
+        capabilities=frozenset({"random", "prioritized"}),
+        unavailable={"prioritized": "ImportError: fake extension missing"},
+    )
+
+def not_an_adapter():
+    return 42
+'''
+
+TESTS = '''
+import pytest
+from hypothesis import settings
+from harness.protocol import BufferSpec
+
+@pytest.mark.requires("random")
+def test_declared(impl):
+    assert impl.name == "fake"
+
+@pytest.mark.requires("slice")
+def test_not_declared():
+    raise AssertionError("must not run")
+
+@pytest.mark.requires("prioritized")
+def test_unavailable():
+    raise AssertionError("must not run")
+
+def test_known_bad():
+    assert 1 == 2, "one=1, but should be 2"
+
+def test_unlisted_bad():
+    assert [1] == [2], "x=[1], but should be [2]"
+
+def test_spec_needs_unavailable(make_buffer):
+    make_buffer(BufferSpec(capacity=2, sampler="prioritized"))
+
+def test_profile():
+    print("MAX_EXAMPLES", settings.default.max_examples)
+'''
+
+
+def run_pytest(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run pytest in ``tmp_path`` (which holds conftest, adapter and tests)."""
+    (tmp_path / "conftest.py").write_text(
+        "import sys\npytest_plugins = [] if 'harness.pytest_plugin' in sys.modules "
+        "else ['harness.pytest_plugin']\n"
+    )
+    (tmp_path / "fake_adapter.py").write_text(textwrap.dedent(FAKE_ADAPTER))
+    conformance = tmp_path / "tests" / "conformance"
+    conformance.mkdir(parents=True, exist_ok=True)
+    (conformance / "test_fake.py").write_text(textwrap.dedent(TESTS))
+    full_env = dict(os.environ)
+    full_env.pop("RBCHECK_IMPL", None)
+    full_env.pop("RBCHECK_PROFILE", None)
+    full_env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsxX", "-s", *args],
+        cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fake_project")
+    known = tmp / "known.txt"
+    known.write_text(
+        "# comment lines are ignored\n"
+        "test_fake.py::test_known_bad  # fails on purpose (no upstream issue found)\n"
+        "tests/conformance/test_fake.py::test_renamed_long_ago  # stale entry\n"
+    )
+    results = tmp / "results.json"
+    proc = run_pytest(
+        tmp, "tests/conformance", "--impl", "fake_adapter:factory",
+        f"--rbcheck-known-failures={known}", f"--rbcheck-results={results}",
+        "--rbcheck-profile", "ci",
+    )
+    return proc, json.loads(results.read_text())
+
+
+def test_header_names_implementation_version_capabilities_and_unavailable(fake_run):
+    proc, _ = fake_run
+    out = proc.stdout
+    assert "rbcheck implementation: fake 9.9 (--impl fake_adapter:factory)" in out, out
+    assert "rbcheck capabilities: prioritized, random" in out, out
+    assert "rbcheck unavailable: prioritized: ImportError: fake extension missing" in out, out
+    assert "rbcheck hypothesis profile: ci" in out, out
+
+
+def test_requires_skips_with_the_reason(fake_run):
+    proc, results = fake_run
+    out = proc.stdout
+    assert "not declared: slice" in out, out
+    assert "unavailable: prioritized: ImportError: fake extension missing" in out, out
+    outcomes = {t["nodeid"].split("::")[-1]: t for t in results["tests"]}
+    assert outcomes["test_declared"]["outcome"] == "pass"
+    assert outcomes["test_not_declared"] == {**outcomes["test_not_declared"], "outcome": "skip",
+                                             "message": "not declared: slice"}
+    assert outcomes["test_unavailable"]["outcome"] == "unavailable"
+    assert outcomes["test_unavailable"]["message"] == (
+        "unavailable: prioritized: ImportError: fake extension missing"
+    )
+    # a spec that needs an unavailable capability is unavailable too, never a pass
+    assert outcomes["test_spec_needs_unavailable"]["outcome"] == "unavailable"
+
+
+def test_known_failures_xfail_with_reason_and_stale_ids_warn(fake_run):
+    proc, results = fake_run
+    outcomes = {t["nodeid"].split("::")[-1]: t for t in results["tests"]}
+    assert outcomes["test_known_bad"]["outcome"] == "xfail"
+    assert "fails on purpose (no upstream issue found)" in outcomes["test_known_bad"]["message"]
+    assert "test_renamed_long_ago" in proc.stdout and "matches no collected test" in proc.stdout
+    assert any("test_renamed_long_ago" in w for w in results["warnings"]), results["warnings"]
+    assert not any("test_known_bad" in w for w in results["warnings"])
+
+
+def test_results_file_has_one_line_failure_messages(fake_run):
+    proc, results = fake_run
+    assert proc.returncode == 1, proc.stdout  # test_unlisted_bad fails
+    outcomes = {t["nodeid"].split("::")[-1]: t for t in results["tests"]}
+    bad = outcomes["test_unlisted_bad"]
+    assert bad["outcome"] == "fail"
+    assert "x=[1], but should be [2]" in bad["message"] and "\n" not in bad["message"]
+    assert bad["property"] == "test_fake::test_unlisted_bad"
+    assert results["implementation"] == "fake" and results["version"] == "9.9"
+    assert results["unavailable"] == {"prioritized": "ImportError: fake extension missing"}
+    assert "MAX_EXAMPLES 20" in proc.stdout  # the ci profile
+
+
+def test_env_selects_impl_and_profile_and_subset_runs_do_not_warn(tmp_path):
+    known = tmp_path / "known.txt"
+    known.write_text("test_fake.py::test_known_bad  # listed, but not part of this run\n")
+    proc = run_pytest(
+        tmp_path, "tests/conformance/test_fake.py", "-k", "test_profile or test_declared",
+        f"--rbcheck-known-failures={known}",
+        env={"RBCHECK_IMPL": "fake_adapter:factory", "RBCHECK_PROFILE": "thorough"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rbcheck implementation: fake 9.9" in proc.stdout
+    assert "MAX_EXAMPLES 1000" in proc.stdout
+    assert "matches no collected test" not in proc.stdout  # deselected, not stale
+
+
+@pytest.mark.parametrize(
+    "impl, expected",
+    [
+        ("no_such_builtin", "impl='no_such_builtin', but should be a built-in name (reference, device, triton, torchrl"),
+        ("fake_adapter:not_an_adapter", "not_an_adapter() returned a int, but should return a harness.protocol.Adapter"),
+    ],
+)
+def test_bad_impl_is_a_usage_error_naming_it(tmp_path, impl, expected):
+    # (every loader message is checked in-process in test_adapters.py)
+    proc = run_pytest(tmp_path, "tests/conformance", "--impl", impl)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
+    assert expected in proc.stderr, proc.stderr
+
+
+def test_bad_profile_is_a_usage_error(tmp_path):
+    proc = run_pytest(tmp_path, "tests/conformance", "--impl", "fake_adapter:factory",
+                      "--rbcheck-profile", "fast")
+    assert proc.returncode == 4
+    assert "profile='fast', but should be one of ci, dev, thorough" in proc.stderr
+
+
+# ------------------------------------------------------- in-process helpers
+
+
+@pytest.mark.parametrize(
+    "test_id, nodeid, expected",
+    [
+        ("tests/conformance/test_a.py::test_x[1]", "tests/conformance/test_a.py::test_x[1]", True),
+        ("test_a.py::test_x", "tests/conformance/test_a.py::test_x[1]", True),  # every parametrization
+        ("test_a.py::test_x[2]", "tests/conformance/test_a.py::test_x[1]", False),
+        ("test_x", "tests/conformance/test_a.py::test_x", True),
+        ("test_a.py::test_x", "tests/conformance/test_a.py::test_xy", False),
+        ("a.py::test_x", "tests/conformance/test_a.py::test_x", False),
+    ],
+)
+def test_known_failure_ids_match_node_ids(test_id, nodeid, expected):
+    from harness.pytest_plugin import id_matches
+
+    assert id_matches(test_id, nodeid) is expected
+
+
+def test_failure_message_prefers_the_explained_sub_exception():
+    from types import SimpleNamespace
+
+    from harness.pytest_plugin import failure_message
+
+    text = "\n".join([
+        "  + Exception Group Traceback (most recent call last):",
+        "  | ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)",
+        "  +-+---------------- 1 ----------------",
+        "    | ValueError: m=-6, but should be >= -5",
+        "    | Falsifying example: test_two(",
+        "    |     n=-6,",
+        "    | )",
+    ])
+    crash = SimpleNamespace(message="ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)")
+    report = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=crash), longreprtext=text)
+    assert failure_message(report) == (
+        "ValueError: m=-6, but should be >= -5 (ExceptionGroup: Hypothesis found 2 distinct failures. "
+        "(2 sub-exceptions)) | Falsifying example: test_two( n=-6, )"
+    )

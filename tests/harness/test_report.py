@@ -1,0 +1,112 @@
+"""The conformance report from small synthetic results files: the table's
+cells, the JSON, the markdown and the exit status rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import report
+
+UNAVAILABLE_WHY = "prioritized: RuntimeError: SumSegmentTreeFp32 is not available."
+
+
+def results(name: str, outcomes: dict[str, tuple[str, str]]) -> dict:
+    return {
+        "schema": 1,
+        "implementation": name,
+        "version": "1.2",
+        "capabilities": ["random", "prioritized"],
+        "unavailable": {"prioritized": "RuntimeError: SumSegmentTreeFp32 is not available."},
+        "warnings": [],
+        "exitstatus": 1,
+        "tests": [
+            {"nodeid": f"tests/conformance/{test}", "property": test, "doc": "", "outcome": o, "message": m}
+            for test, (o, m) in outcomes.items()
+        ],
+    }
+
+
+REFERENCE = {
+    "test_a.py::test_round_trip": ("pass", ""),
+    "test_a.py::test_priority": ("pass", ""),
+    "test_b.py::test_slices[4]": ("skip", "not declared: slice"),
+}
+THIRD = {
+    "test_a.py::test_round_trip": ("fail", "AssertionError: x=1, but should be 2 | Falsifying example: f(n=3)"),
+    "test_a.py::test_priority": ("unavailable", "unavailable: " + UNAVAILABLE_WHY),
+    "test_b.py::test_slices[4]": ("xfail", "known failure: wraps wrongly (no upstream issue found)"),
+}
+
+
+def build(**named):
+    return report.build([report.ImplResult.from_results(n, results(n, o)) for n, o in named.items()])
+
+
+def test_cells_say_pass_fail_skipped_unavailable_and_known_failure():
+    data = build(reference=REFERENCE, torchrl=THIRD)
+    rows = {row["id"]: row["cells"] for row in data["rows"]}
+    assert list(rows) == ["test_a.py::test_round_trip", "test_a.py::test_priority", "test_b.py::test_slices[4]"]
+    assert rows["test_a.py::test_round_trip"]["reference"]["text"] == "pass"
+    assert rows["test_a.py::test_round_trip"]["torchrl"]["text"] == (
+        "FAIL (AssertionError: x=1, but should be 2 | Falsifying example: f(n=3))"
+    )
+    assert rows["test_a.py::test_priority"]["torchrl"]["text"] == f"unavailable ({UNAVAILABLE_WHY})"
+    assert rows["test_b.py::test_slices[4]"]["reference"]["text"] == "skipped (not declared: slice)"
+    assert rows["test_b.py::test_slices[4]"]["torchrl"]["text"] == (
+        "known failure (wraps wrongly (no upstream issue found))"
+    )
+    assert data["implementations"]["torchrl"]["counts"] == {"fail": 1, "unavailable": 1, "xfail": 1}
+
+
+def test_third_party_failures_are_reported_not_errors():
+    assert report.failures(build(reference=REFERENCE, torchrl=THIRD)) == []
+    assert report.failures(build(reference=REFERENCE, **{"mine.adapter:factory": THIRD})) == []
+
+
+@pytest.mark.parametrize("name", ["reference", "device"])
+def test_reference_or_variant_failing_is_an_error(name):
+    problems = report.failures(build(**{name: THIRD}))
+    assert problems == [
+        f"{name}: test_a.py::test_round_trip: FAIL (AssertionError: x=1, but should be 2 | Falsifying example: f(n=3))"
+    ]
+
+
+def test_an_adapter_that_does_not_load_is_a_column_of_unavailable():
+    data = report.build([
+        report.ImplResult.from_results("reference", results("reference", REFERENCE)),
+        report.ImplResult(name="triton", status="unavailable", why="ImportError: No module named 'triton'"),
+    ])
+    for row in data["rows"]:
+        assert row["cells"]["triton"]["text"] == "unavailable (ImportError: No module named 'triton')"
+    assert report.failures(data) == ["triton: unavailable (ImportError: No module named 'triton')"]
+    markdown = report.render_markdown(data)
+    assert "| triton | " in markdown and "unavailable (ImportError: No module named 'triton')" in markdown
+
+
+def test_main_writes_markdown_and_json_and_sets_the_exit_status(tmp_path, capsys):
+    ref, third = tmp_path / "ref.json", tmp_path / "third.json"
+    ref.write_text(json.dumps(results("reference", REFERENCE)))
+    third.write_text(json.dumps(results("torchrl", THIRD)))
+    out = tmp_path / "out"
+    code = report.main(["--from-results", f"reference={ref}", "--from-results", f"torchrl={third}",
+                        "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "test_a.py::test_round_trip" in printed and "FAIL (AssertionError" in printed
+    markdown = (out / "conformance.md").read_text()
+    assert "| property | reference | torchrl |" in markdown
+    assert "| `test_a.py::test_priority` | pass | unavailable (prioritized: RuntimeError" in markdown
+    saved = json.loads((out / "conformance.json").read_text())
+    assert saved["order"] == ["reference", "torchrl"]
+    # the reference failing flips the exit status
+    code = report.main(["--from-results", f"reference={third}", "--out", str(out)])
+    assert code == 1
+
+
+def test_markdown_cells_escape_pipes_and_stay_on_one_line():
+    outcomes = {"test_a.py::test_round_trip": ("fail", "a | b\nc")}
+    markdown = report.render_markdown(build(torchrl=outcomes))
+    line = next(ln for ln in markdown.splitlines() if ln.startswith("| `test_a.py::test_round_trip`"))
+    assert "FAIL (a \\| b c)" in line

@@ -1,0 +1,28 @@
+"""Optimized replay buffers with the reference's public shape.
+
+``ReplayBuffer`` keeps storage, writer generations and the prioritized trees
+on one device (CUDA when present, else the CPU) and writes/samples whole
+batches at once; ``PrioritizedSampler(..., backend="triton")`` runs the tree
+descent and update as Triton kernels. Every component subclasses the
+reference's, keeps its ``state_dict`` layout and its random stream, and is
+checked against it in ``tests/variants`` and by the conformance suite
+(``pytest tests/conformance --impl device`` / ``--impl triton``).
+"""
+
+from .buffer import ReplayBuffer
+from .device_storage import DeviceStorage, DeviceWriter, default_device
+from .prioritized import PrioritizedSampler
+from .random_sampler import RandomSampler
+from .slice import SliceSampler
+from .vector_tree import VectorMinTree, VectorSumTree
+
+#: Built-in ``--impl`` names this package adds (read by ``harness.adapters``).
+ADAPTERS = {
+    "device": "harness.adapters.variants:device",
+    "triton": "harness.adapters.variants:triton",
+}
+
+__all__ = [
+    "ADAPTERS", "DeviceStorage", "DeviceWriter", "PrioritizedSampler", "RandomSampler",
+    "ReplayBuffer", "SliceSampler", "VectorMinTree", "VectorSumTree", "default_device",
+]

@@ -1,0 +1,1 @@
+"""Differential tests of variants/ against reference/ (Triton and CUDA cases included)."""

@@ -1,0 +1,109 @@
+"""The replay buffer over device storage and batched samplers.
+
+Contract: the reference ``ReplayBuffer``'s (``reference/buffer.py``) — same
+constructor arguments and methods, same validation and messages, same
+checkpoint format (``dumps``/``loads`` are the reference's), same random
+stream — plus:
+
+* ``device``: where storage, writer generations, trees and returned samples
+  live (default: the given storage's device, else CUDA when present, else the
+  CPU). The generator stays a CPU ``torch.Generator`` so a seed gives the
+  reference's draws on any device.
+* The prioritized sampler's ``backend`` (``PrioritizedSampler(...,
+  backend="torch" | "triton")``) picks vectorized torch ops or Triton kernels
+  for the trees (without CUDA the kernels run in Triton's interpreter: slow,
+  meant for checking).
+* Components not given are the variants' (``DeviceStorage``,
+  ``DeviceWriter``, ``RandomSampler``); given samplers with a ``to`` method
+  are moved to the device.
+* ``extend`` writes each field with one or two slice copies (ring wrap) and
+  updates the sampler's bookkeeping (``observe``) instead of the reference's
+  indexed copy; ``sample`` gathers with ``DeviceStorage.gather`` into
+  recycled memory that is never handed out while any tensor of an earlier
+  sample still refers to it (see ``TensorPool``): a sample never aliases the
+  storage or a sample the user still holds.
+
+Cost: ``extend`` O(n * row size) (+ O(n log n + n log capacity) prioritized);
+``sample`` O(B * row size) plus the sampler's cost.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from reference import pinning
+from reference.buffer import ReplayBuffer as ReferenceReplayBuffer
+
+from .device_storage import DeviceStorage, DeviceWriter, check_index_fast, default_device
+from .random_sampler import RandomSampler
+
+
+class ReplayBuffer(ReferenceReplayBuffer):
+    """A fixed-capacity replay buffer on a device (see module doc)."""
+
+    def __init__(self, capacity=None, *, storage=None, sampler=None, writer=None, transform=None,
+                 batch_size=None, pin_memory=False, priority_key="priority", generator=None,
+                 device=None):
+        if storage is None:
+            if capacity is None:
+                raise ValueError("capacity=None, but should be an int >= 1 (or pass storage=)")
+            storage = DeviceStorage(capacity, default_device() if device is None else device)
+        elif device is not None and torch.device(device) != storage.device:
+            raise ValueError(f"device={device!r}, but should be the storage's ({storage.device})")
+        if writer is None:
+            writer = DeviceWriter(storage.capacity, storage.device)
+        super().__init__(capacity, storage=storage, sampler=RandomSampler() if sampler is None else sampler,
+                         writer=writer, transform=transform, batch_size=batch_size,
+                         pin_memory=pin_memory, priority_key=priority_key, generator=generator)
+        self.device = storage.device
+        if hasattr(self.sampler, "to"):
+            self.sampler.to(self.device)
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
+        self.storage.check(data)
+        n, priority = data.batch_size[0], None
+        if self.prioritized and self.priority_key in data.keys(include_nested=True):
+            value = data.get(self.priority_key)
+            value = value.reshape(n) if value.numel() == n else value
+            priority = self.sampler.check_priority(value, n)
+        first = self.writer.cursor
+        index = self.writer.next_indices(n)
+        if hasattr(self.storage, "write"):
+            self.storage.write(first, data)
+        else:
+            self.storage.set(index, data)
+        self.sampler.on_write(index, priority)
+        if hasattr(self.sampler, "observe"):
+            self.sampler.observe(self.storage, n)
+        return index
+
+    def sample(self, batch_size: int | None = None) -> tuple[TensorDictBase, dict]:
+        """``(rows, info)`` as the reference; tensors on the buffer's device."""
+        batch_size = self.batch_size if batch_size is None else batch_size
+        if batch_size is None:
+            raise ValueError("batch_size=None, but should be an int >= 1 (here or in the constructor)")
+        info = self.sampler.sample(self.storage, batch_size, self.generator, cursor=self.cursor)
+        index = info["index"]
+        generation = self.writer.generation
+        index_there = index.to(generation.device)
+        pool = getattr(self.storage, "pool", None)
+        out = pool.take("generation", index_there.shape, generation.dtype, generation.device) if pool \
+            else None
+        info["generation"] = torch.index_select(generation, 0, index_there, out=out)
+        gather = getattr(self.storage, "gather", self.storage.get)
+        rows = gather(index)
+        if self.transform is not None:
+            rows = self.transform(rows)
+        if self.pin_memory:
+            rows, info = pinning.pin_sample(rows, info)  # looked up now: tests may replace it
+        return rows, info
+
+    def update_priority(self, index, priority, generation=None) -> None:
+        """As the reference; the current generations are gathered with ``index_select``."""
+        if not self.prioritized:
+            raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
+        index = check_index_fast(index, self.capacity)
+        current = self.writer.generation.index_select(0, index.to(self.writer.generation.device))
+        self.sampler.update_priority(index, priority, generation, current_generation=current)

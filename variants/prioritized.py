@@ -1,0 +1,126 @@
+"""Prioritized sampling with device-resident, batch-updated float64 trees.
+
+Contract: the reference's (``reference/prioritized_sampler.py``), with
+* trees ``VectorSumTree`` / ``VectorMinTree`` on ``device`` (float64: see
+  ``vector_tree.py`` for why), updated in one batched pass per call;
+* the transform ``(p + eps) ** alpha`` in ONE place (``_store``), with the
+  reference's torch expression, so on the CPU the stored values are the
+  reference's bits. (On CUDA, torch's float64 ``pow`` may differ from the
+  CPU's in the last bit; everything downstream of the leaves is exact.)
+* the same random stream: uniforms are drawn on the CPU from the caller's
+  generator exactly as the reference draws them, then moved to the device,
+  so with the same seed the variant samples the reference's indices;
+* ``max_priority`` a Python float (property) backed by a 0-d device tensor,
+  so new rows and updates need no host round trip for it;
+* stale entries (generation != current) dropped by a mask, without
+  compacting the batch (no device synchronisation on that path);
+* ``state_dict`` / ``load_state_dict`` the reference's keys and layout.
+
+Cost: ``on_write`` / ``update_priority`` O(k log k + k log capacity);
+``sample`` O(B log capacity) plus one host read of (total, min).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
+from reference.prioritized_sampler import check_generation, check_priority
+from reference.random_sampler import check_batch_size, check_not_empty
+
+from .device_storage import TensorPool
+from .device_storage import check_index_fast as check_index
+from .vector_tree import VectorMinTree, VectorSumTree, apply_updates, find_prefix, workspace
+
+
+class PrioritizedSampler(ReferencePrioritizedSampler):
+    """Batched prioritized sampler on a device (see module doc)."""
+
+    def __init__(self, capacity: int, alpha: float, beta: float, eps: float = 1e-8, *,
+                 device: str | torch.device = "cpu", backend: str = "torch"):
+        self.device, self.backend = torch.device(device), backend
+        self._max_priority = torch.tensor(1.0, dtype=torch.float64, device=self.device)
+        super().__init__(capacity, alpha, beta, eps)  # validates alpha, beta, eps; builds trees
+        self.sum_tree = VectorSumTree(capacity, self.device, backend)
+        self.min_tree = VectorMinTree(capacity, self.device, backend)
+        self.pool, self.work = TensorPool(), {}  # returned tensors / internal temporaries
+
+    def to(self, device: str | torch.device) -> PrioritizedSampler:
+        """Move trees and max priority to ``device`` (the buffer calls this)."""
+        self.device = self.sum_tree.device = self.min_tree.device = torch.device(device)
+        self.sum_tree.nodes = self.sum_tree.nodes.to(self.device)
+        self.min_tree.nodes = self.min_tree.nodes.to(self.device)
+        self._max_priority = self._max_priority.to(self.device)
+        return self
+
+    @property
+    def max_priority(self) -> float:
+        return float(self._max_priority)
+
+    @max_priority.setter
+    def max_priority(self, value: float) -> None:
+        self._max_priority = torch.tensor(float(value), dtype=torch.float64, device=self.device)
+
+    def check_priority(self, priority, n: int) -> torch.Tensor:
+        """The reference's check; raw priorities as float64[n] on the device."""
+        return check_priority(priority, n, self.device)
+
+    def _store(self, index: torch.Tensor, raw: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+        """The ONLY place a raw priority is transformed; ``keep`` masks entries out."""
+        if not len(index):
+            return
+        value = (raw + self.eps) ** self.alpha
+        apply_updates([self.sum_tree, self.min_tree], index.to(self.device),
+                      [value, torch.where(value > 0, value, math.inf)], keep)
+        seen = raw if keep is None else torch.where(keep, raw, -math.inf)
+        self._max_priority = torch.maximum(self._max_priority, seen.max())
+
+    def on_write(self, index, priority=None) -> None:
+        index = check_index(index, self.capacity).to(self.device)
+        if priority is None:
+            raw = self._max_priority.expand(len(index))
+        else:
+            raw = self.check_priority(priority, len(index))
+        self._store(index, raw)
+
+    def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
+        index = check_index(index, self.capacity).to(self.device)
+        raw = self.check_priority(priority, len(index))
+        keep = check_generation(index, generation, current_generation)  # None: keep all
+        keep = None if keep is None else keep.to(self.device)
+        self._store(index, raw, keep)
+
+    def indices_from_uniforms(self, u: torch.Tensor, size: int | None = None) -> torch.Tensor:
+        u = torch.as_tensor(u, dtype=torch.float64).to(self.device)
+        return self.sum_tree.find_prefix(u * self.sum_tree.total())
+
+    def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
+        check_batch_size(batch_size)
+        check_not_empty(storage)
+        total, low = torch.stack([self.sum_tree.root(), self.min_tree.root()]).tolist()
+        if not total > 0:
+            raise ValueError(f"total priority={total}, but should be > 0 to sample")
+        work, dev = self.work, self.device
+        u = workspace(work, "u", (batch_size,), torch.float64, "cpu")
+        torch.rand(batch_size, generator=generator, dtype=torch.float64, out=u)  # the reference's draw
+        mass = u.to(dev) if dev.type != "cpu" else u
+        mass.mul_(total)  # == u * total
+        index = self.pool.take("index", (batch_size,), torch.long, dev)
+        leaf = workspace(work, "leaf", (batch_size,), torch.float64, dev)
+        find_prefix(self.sum_tree, mass, index=index, leaf=leaf, work=work)
+        n = len(storage)
+        p_min = low / total
+        # the reference's (n * (leaf / total)) ** -beta / (n * p_min) ** -beta, op by op, in place
+        weight = leaf.div_(total).mul_(n).pow_(-self.beta).div_((n * p_min) ** -self.beta)
+        out = self.pool.take("weight", (batch_size,), torch.float32, dev)
+        return {"index": index, "weight": out.copy_(weight)}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)  # validates, builds reference trees on the CPU
+        sum_tree = VectorSumTree(self.capacity, self.device, self.backend)
+        min_tree = VectorMinTree(self.capacity, self.device, self.backend)
+        sum_tree.load_state_dict(self.sum_tree.state_dict())
+        min_tree.load_state_dict(self.min_tree.state_dict())
+        self.sum_tree, self.min_tree = sum_tree, min_tree

@@ -1,0 +1,189 @@
+"""Sum and min trees as flat float64 tensors on a device, updated and searched
+for a whole batch at once.
+
+Contract (the reference's, ``reference/sum_tree.py``, plus batching)
+--------
+* Same layout as the reference: ``nodes`` has ``2 * size`` entries, node 1 is
+  the root, leaf ``i`` is node ``size + i``, node 0 unused; unused leaves hold
+  0 (sum) or +inf (min). ``state_dict`` is the reference's, so checkpoints
+  move between the two bit for bit.
+* float64, like the reference: the same additions in the same order give the
+  same bits, so trees built from the same updates are IDENTICAL (not merely
+  close), and the same masses descend to the same leaves. float32 would drift
+  at large capacity (a 2^20-leaf sum loses ~20 bits of the smaller addends)
+  and could not reproduce the reference's choices near interval edges.
+* ``update(index, value, mask=None)``: leaves set with a repeated index
+  resolved LAST-WRITE-WINS among the entries where ``mask`` is True (as if
+  the masked-out entries were absent), then the touched parents recomputed
+  level by level as ``left + right`` (resp. ``min(left, right)``). Each
+  parent is a function of its two final children only, so the result equals
+  the reference's bit for bit.
+* ``find_prefix(mass)``: all B masses descend together, one level per step,
+  with the reference's rule: go left if ``mass < left or right == 0``, else
+  ``mass -= left`` and go right.
+* ``update_pair(sum_tree, min_tree, index, value, mask)`` updates both trees in
+  one pass (the prioritized sampler's hot path); backend ``"triton"`` runs it
+  and ``find_prefix`` as Triton kernels (see ``triton_tree.py``).
+
+Cost: ``update`` O(k log k + k log capacity) for k indices (a sort to find the
+last writes, then one gather/combine/scatter per level); never O(capacity).
+``find_prefix`` O(B log capacity). Memory: 2 * size float64 per tree.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from reference.storage import check_index
+from reference.sum_tree import MinTree, SumTree
+
+BACKENDS = ("torch", "triton")
+
+
+def last_writes(index: torch.Tensor, mask: torch.Tensor | None = None):
+    """``(order, is_last)``: a stable sort of ``index`` and, in that order, True
+    at the last kept entry of each distinct index.
+
+    Entries with ``mask`` False are sorted before the kept entries of the same
+    index and never marked, so a masked-out entry can never win. O(k log k),
+    no synchronisation with the device.
+    """
+    key = index * 2 if mask is None else index * 2 + mask.long()
+    key, order = torch.sort(key, stable=True)
+    is_last = torch.ones_like(key, dtype=torch.bool)
+    is_last[:-1] = key[1:] != key[:-1]
+    if mask is not None:
+        is_last &= (key & 1).bool()
+    return order, is_last
+
+
+class _VectorTree:
+    """Mixin over the reference tree: device placement, batched update and descent."""
+
+    def __init__(self, capacity: int, device: str | torch.device = "cpu", backend: str = "torch"):
+        super().__init__(capacity)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r}, but should be one of {BACKENDS}")
+        self.device, self.backend = torch.device(device), backend
+        if backend == "triton":
+            from . import triton_tree  # sets TRITON_INTERPRET first when there is no CUDA
+
+            triton_tree.check_available()
+        self.depth = self.size.bit_length() - 1
+        self.nodes = self.nodes.to(self.device)
+
+    # -- reads ---------------------------------------------------------------
+    def leaf(self, index) -> torch.Tensor:
+        return self.nodes.index_select(0, self.size + check_index(index, self.capacity).to(self.device))
+
+    def root(self) -> torch.Tensor:
+        """Node 1 as a 0-d tensor on the device (no synchronisation)."""
+        return self.nodes[1]
+
+    # -- writes --------------------------------------------------------------
+    def update(self, index, value, mask=None) -> None:
+        """Batched ``update`` (see module doc); validates like the reference."""
+        index = check_index(index, self.capacity).to(self.device)
+        value = torch.as_tensor(value, dtype=torch.float64).to(self.device)
+        if value.shape != index.shape:
+            raise ValueError(f"value.shape={tuple(value.shape)}, but should be {tuple(index.shape)}")
+        if len(index):
+            apply_updates([self], index, [value], mask)
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.nodes = self.nodes.to(self.device)
+
+
+class VectorSumTree(_VectorTree, SumTree):
+    """Batched reference ``SumTree`` on a device."""
+
+    def find_prefix(self, mass) -> torch.Tensor:
+        mass = torch.as_tensor(mass, dtype=torch.float64).to(self.device)
+        return find_prefix(self, mass)[0]
+
+
+class VectorMinTree(_VectorTree, MinTree):
+    """Batched reference ``MinTree`` on a device."""
+
+
+def find_prefix(tree: VectorSumTree, mass: torch.Tensor, index=None, leaf=None, work=None):
+    """``(leaf index, leaf value)`` per mass, with the tree's backend; ``index``
+    / ``leaf`` are optional output tensors (int64 / float64, like ``mass``);
+    ``work`` an optional dict the torch path keeps its temporaries in."""
+    if tree.backend == "triton" and (mass.is_cuda or interpreting()):
+        from .triton_tree import find_prefix as triton_find_prefix
+
+        return triton_find_prefix(tree.nodes, mass, tree.size, index=index, leaf=leaf)
+    return find_prefix_torch(tree.nodes, mass, tree.size, index=index, leaf=leaf, work=work)
+
+
+def workspace(work: dict | None, name: str, shape, dtype, device) -> torch.Tensor:
+    """A temporary kept in ``work`` between calls (allocated if absent or mis-shaped)."""
+    if work is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    key = (name, tuple(shape), dtype, torch.device(device))
+    if key not in work:
+        work[key] = torch.empty(shape, dtype=dtype, device=device)
+    return work[key]
+
+
+def find_prefix_torch(nodes: torch.Tensor, mass: torch.Tensor, size: int, index=None, leaf=None,
+                      work=None):
+    """``(leaf index, leaf value)`` for each mass: the reference descent, one
+    level per step for all masses at once, in place on preallocated
+    temporaries (new host memory costs page faults). ``mass -= where(go,
+    left, 0)`` equals the reference's ``where(go, mass - left, mass)`` bit
+    for bit (``m - 0 == m``, also for an infinite ``left``). Gathers use
+    ``index_select``, not ``nodes[node]``: advanced indexing was far slower on
+    the CPU here."""
+    n = mass.shape[0]
+    pairs = nodes.view(-1, 2)  # pairs[k] = (node 2k, node 2k+1): the children of node k
+    dev = nodes.device
+    node = torch.ones(n, dtype=torch.long, device=dev) if index is None else index.fill_(1)
+    mass = workspace(work, "mass", (n,), nodes.dtype, dev).copy_(mass)
+    children = workspace(work, "children", (n, 2), nodes.dtype, dev)
+    go = workspace(work, "go", (n,), torch.bool, dev)
+    nonzero = workspace(work, "nonzero", (n,), torch.bool, dev)
+    step = workspace(work, "step", (n,), nodes.dtype, dev)
+    zero = workspace(work, "zero", (n,), nodes.dtype, dev).zero_()
+    left, right = children[:, 0], children[:, 1]
+    for _ in range(size.bit_length() - 1):
+        torch.index_select(pairs, 0, node, out=children)
+        torch.ge(mass, left, out=go)  # go right == not (mass < left or right == 0)
+        torch.ne(right, 0, out=nonzero)
+        go.logical_and_(nonzero)
+        mass.sub_(torch.where(go, left, zero, out=step))
+        node.mul_(2).add_(go)
+    if leaf is None:
+        leaf = torch.empty(n, dtype=nodes.dtype, device=dev)
+    torch.index_select(nodes, 0, node, out=leaf)
+    return node.sub_(size), leaf
+
+
+def apply_updates(trees, index: torch.Tensor, values, mask=None) -> None:
+    """Set ``values[t]`` at leaves ``index`` of each tree ``t`` (last write wins
+    among ``mask``), then refresh the touched parents. Trees share a capacity."""
+    first = trees[0]
+    if first.backend == "triton" and (index.is_cuda or interpreting()):
+        from .triton_tree import update_trees
+
+        update_trees(trees, index, values, mask)
+        return
+    order, is_last = last_writes(index, mask)
+    keep = order[is_last]  # positions of the winning entries, sorted by index
+    node = index.index_select(0, keep) + first.size
+    for tree, value in zip(trees, values, strict=True):
+        tree.nodes.index_copy_(0, node, value.index_select(0, keep))
+    for _ in range(first.depth):
+        node = torch.unique_consecutive(node >> 1)  # still sorted: dedupe is one pass
+        for tree in trees:
+            children = tree.nodes.view(-1, 2).index_select(0, node)
+            tree.nodes.index_copy_(0, node, tree.combine(children[:, 0], children[:, 1]))
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run in the interpreter (on CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

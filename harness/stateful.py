@@ -1,0 +1,381 @@
+"""The stateful model comparison: the implementation under test against the reference.
+
+``make_state_machine(impl, model)`` returns a Hypothesis
+``RuleBasedStateMachine`` class. Each rule performs the same operation on the
+implementation (``self.sut``) and on the reference (``self.model``): extend,
+add, sample, update_priority (with and without write generations), and
+save + load. After every step the invariants compare the two exactly:
+length, cursor, write count, contents (bit-identical), stored priorities and
+max priority; a sample's rows must be the stored rows at the returned slots
+and its weights must match the closed form computed from the model's
+priorities over the whole buffer.
+
+Rules are capability-aware: prioritized rules exist only when the adapter
+declares "prioritized", generation-carrying updates only with
+"stale_updates", save + load only with "save_load", index comparisons under
+shared uniforms only with "shared_rng". Rules are guarded with
+``precondition`` (never ``assume``) and every rule ``note``\\ s the call it
+makes, so a failing run prints a replayable program.
+
+Run it with :func:`run_against_model` (the conformance test does).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from hypothesis import HealthCheck, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from harness.assertions import (
+    Trace,
+    assert_close,
+    assert_same,
+    assert_td_equal,
+    assert_tensor_equal,
+    fail,
+)
+from harness.protocol import Adapter
+from harness.strategies import layouts, priorities, specs
+
+#: relative tolerance for stored priorities: float64 ``pow`` may differ by an
+#: ulp or two between math libraries (CPU vs CUDA); transforming twice or
+#: using the wrong eps/alpha is many orders of magnitude larger.
+PRIORITY_RTOL = 1e-13
+#: weights come back as float32; the model computes them in float64.
+WEIGHT_RTOL = 2e-6
+
+#: fixed uniforms used to compare index mapping when "shared_rng" is declared
+PROBE_UNIFORMS = torch.tensor(
+    [0.0, 1e-12, 0.1, 0.25, 0.3333, 0.5, 0.6180339887, 0.75, 0.9, 0.999999, 1 - 2**-53],
+    dtype=torch.float64,
+)
+
+
+def model_weights(stored: torch.Tensor, index: torch.Tensor, beta: float) -> torch.Tensor:
+    """Closed-form importance weights: ``(leaf_i / leaf_min) ** -beta`` with
+    the minimum over the positive leaves of the WHOLE buffer (== the
+    ``(N P_i)^-beta / (N P_min)^-beta`` of the contract), float64."""
+    positive = stored[stored > 0]
+    return (stored[index] / positive.min()) ** (-beta)
+
+
+def make_state_machine(
+    impl: Adapter, model: Adapter, *, max_capacity: int = 10
+) -> type[RuleBasedStateMachine]:
+    """A state machine class comparing ``impl`` against ``model`` (the reference)."""
+    prioritized = impl.has("prioritized")
+    samplers = ("random", "prioritized") if prioritized else ("random",)
+    with_generations = prioritized and impl.has("stale_updates")
+    can_save = impl.has("save_load")
+    shared_rng = impl.has("shared_rng")
+    spec_strategy = specs(samplers, capacity=st.integers(1, max_capacity))
+
+    class BufferMatchesModel(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sut = None
+            self.model = None
+            self.spec = None
+            self.next_id = 0
+            self.samples: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+            self.tmp = Path(tempfile.mkdtemp(prefix="rbcheck-stateful-"))
+            self.saves = 0
+
+        # -- helpers ------------------------------------------------------
+        def _do(self, text: str) -> None:
+            note(text)
+            self.trace.op(text)
+
+        @property
+        def is_prioritized(self) -> bool:
+            return self.spec is not None and self.spec.sampler == "prioritized"
+
+        def _len(self) -> int:
+            return len(self.model)
+
+        # -- setup --------------------------------------------------------
+        @initialize(spec=spec_strategy, layout=layouts(max_fields=3))
+        def create(self, spec, layout) -> None:
+            self.spec, self.layout = spec, layout
+            self.trace = Trace(impl, spec)
+            self.trace.let("layout", layout)
+            note(f"layout = {layout!r}")
+            note(f"buf = load_adapter({impl.name!r}).make({spec!r})")
+            self.sut = impl.make(spec)
+            self.model = model.make(spec)
+
+        # -- writes -------------------------------------------------------
+        @rule(n=st.integers(1, max_capacity))
+        def extend(self, n: int) -> None:
+            n = min(n, self.spec.capacity)
+            batch = self.layout.batch(self.next_id, n)
+            self._do(f"buf.extend(layout.batch({self.next_id}, {n}))")
+            self.next_id += n
+            got = self.sut.extend(batch.clone())
+            want = self.model.extend(batch.clone())
+            assert_tensor_equal(
+                "extend(...) slots", torch.as_tensor(got).cpu(), want.cpu(), self.trace
+            )
+
+        @rule()
+        def add(self) -> None:
+            row = self.layout.row(self.next_id)
+            self._do(f"buf.add(layout.row({self.next_id}))")
+            self.next_id += 1
+            got = self.sut.add(row.clone())
+            want = self.model.add(row.clone())
+            assert_same("add(...) slot", int(got), int(want), self.trace)
+
+        # -- reads --------------------------------------------------------
+        @precondition(lambda self: self.model is not None and len(self.model) > 0)
+        @rule(batch_size=st.integers(1, 8))
+        def sample(self, batch_size: int) -> None:
+            self._do(f"rows, info = buf.sample({batch_size})")
+            rows, info = self.sut.sample(batch_size)
+            self._check_sample(rows, info, batch_size)
+
+        def _check_sample(self, rows, info, batch_size: int) -> None:
+            if "index" not in info:
+                fail("sorted(info)", sorted(info), "a dict with 'index'", self.trace)
+            index = info["index"]
+            if index.dtype != torch.int64 or tuple(index.shape) != (batch_size,):
+                fail(
+                    "info['index'] dtype/shape",
+                    f"<{index.dtype}{list(index.shape)}>",
+                    f"torch.int64[{batch_size}]",
+                    self.trace,
+                )
+            index = index.cpu()
+            n = self._len()
+            if bool(((index < 0) | (index >= n)).any()):
+                fail("info['index']", index, f"slots in [0, len(buf)={n})", self.trace)
+            stored = self.model.contents()[index]
+            assert_td_equal("sample rows", rows, stored, self.trace, check_device=False)
+            if self.is_prioritized:
+                leaves = self.model.stored_priority(torch.arange(n))
+                if bool((leaves[index] <= 0).any()):
+                    fail(
+                        "stored priority of sampled slots",
+                        leaves[index],
+                        "> 0 (0 is never sampled)",
+                        self.trace,
+                    )
+                if "weight" not in info:
+                    fail("sorted(info)", sorted(info), "a dict with 'weight'", self.trace)
+                want = model_weights(leaves, index, self.spec.beta)
+                assert_close(
+                    "info['weight']", info["weight"], want, self.trace, rtol=WEIGHT_RTOL, atol=1e-7
+                )
+                generation = info.get("generation")
+                self.samples.append((index, None if generation is None else generation.cpu()))
+
+        # -- priorities ---------------------------------------------------
+        @precondition(lambda self: self.is_prioritized and len(self.samples) > 0)
+        @rule(data=st.data(), with_generation=st.booleans())
+        def update_sampled(self, data, with_generation: bool) -> None:
+            which = data.draw(st.integers(0, len(self.samples) - 1), label="which sample")
+            index, generation = self.samples[which]
+            raw = data.draw(
+                st.lists(priorities(), min_size=len(index), max_size=len(index)), label="priorities"
+            )
+            raw = torch.tensor(raw, dtype=torch.float64)
+            use_gen = with_generation and with_generations and generation is not None
+            gen_text = f", generation={generation.tolist()}" if use_gen else ""
+            self._do(
+                f"buf.update_priority(torch.tensor({index.tolist()}), "
+                f"torch.tensor({raw.tolist()}, dtype=torch.float64){gen_text})"
+            )
+            if use_gen:
+                self.sut.update_priority(index.clone(), raw.clone(), generation.clone())
+                self.model.update_priority(index.clone(), raw.clone(), generation.clone())
+            else:
+                self.sut.update_priority(index.clone(), raw.clone())
+                self.model.update_priority(index.clone(), raw.clone())
+
+        @precondition(
+            lambda self: self.is_prioritized and self.model is not None and len(self.model) > 0
+        )
+        @rule(data=st.data())
+        def update_any(self, data) -> None:
+            n = self._len()
+            index = data.draw(
+                st.lists(st.integers(0, n - 1), min_size=1, max_size=5), label="slots"
+            )
+            raw = data.draw(
+                st.lists(priorities(), min_size=len(index), max_size=len(index)), label="priorities"
+            )
+            index = torch.tensor(index, dtype=torch.int64)
+            raw = torch.tensor(raw, dtype=torch.float64)
+            self._do(
+                f"buf.update_priority(torch.tensor({index.tolist()}), "
+                f"torch.tensor({raw.tolist()}, dtype=torch.float64))"
+            )
+            self.sut.update_priority(index.clone(), raw.clone())
+            self.model.update_priority(index.clone(), raw.clone())
+
+        # -- checkpoints --------------------------------------------------
+        @precondition(lambda self: can_save and self.model is not None and len(self.model) > 0)
+        @rule(k=st.integers(1, 4))
+        def save_then_load_into_fresh_buffer(self, k: int) -> None:
+            path = self.tmp / f"ckpt{self.saves}"
+            self.saves += 1
+            make = f"load_adapter({self.trace.adapter!r}).make({self.spec!r})"
+            self._do(
+                f"buf.save({str(path)!r}); buf.sample({k}); buf = {make}; buf.load({str(path)!r})"
+            )
+            self.sut.save(path)
+            rows_a, info_a = self.sut.sample(k)
+            fresh = impl.make(self.spec)
+            fresh.load(path)
+            rows_b, info_b = fresh.sample(k)
+            assert_td_equal("sample after load: rows", rows_b, rows_a, self.trace)
+            for key in sorted(info_a):
+                if key not in info_b:
+                    fail("sorted(info) after load", sorted(info_b), sorted(info_a), self.trace)
+                assert_tensor_equal(
+                    f"sample after load: info[{key!r}]", info_b[key], info_a[key], self.trace
+                )
+            self.sut = fresh  # carry on with the loaded copy; the invariants check it
+
+        # -- invariants ---------------------------------------------------
+        @invariant()
+        def same_length_cursor_write_count(self) -> None:
+            if self.model is None:
+                return
+            assert_same("len(buf)", int(len(self.sut)), int(len(self.model)), self.trace)
+            assert_same("buf.cursor", int(self.sut.cursor), int(self.model.cursor), self.trace)
+            assert_same(
+                "buf.write_count",
+                int(self.sut.write_count),
+                int(self.model.write_count),
+                self.trace,
+            )
+
+        @invariant()
+        def same_contents(self) -> None:
+            if self.model is None or len(self.model) == 0:
+                return
+            assert_td_equal(
+                "buf.contents()",
+                self.sut.contents(),
+                self.model.contents(),
+                self.trace,
+                check_device=False,
+            )
+
+        @invariant()
+        def same_priorities(self) -> None:
+            if not self.is_prioritized or len(self.model) == 0:
+                return
+            slots = torch.arange(self._len())
+            got = self.sut.stored_priority(slots)
+            want = self.model.stored_priority(slots)
+            assert_close(
+                "buf.stored_priority(all slots)", got, want, self.trace, rtol=PRIORITY_RTOL
+            )
+            assert_same(
+                "buf.max_priority",
+                float(self.sut.max_priority),
+                float(self.model.max_priority),
+                self.trace,
+            )
+            if type(self.sut.max_priority) is not float:
+                fail(
+                    "type(buf.max_priority)",
+                    type(self.sut.max_priority).__name__,
+                    "float",
+                    self.trace,
+                )
+
+        @invariant()
+        def same_indices_for_same_uniforms(self) -> None:
+            if not shared_rng or self.model is None or len(self.model) == 0:
+                return
+            got = self.sut.indices_from_uniforms(PROBE_UNIFORMS.clone())
+            want = self.model.indices_from_uniforms(PROBE_UNIFORMS.clone())
+            assert_tensor_equal(
+                "buf.indices_from_uniforms(PROBE_UNIFORMS)",
+                torch.as_tensor(got).cpu(),
+                want.cpu(),
+                self.trace,
+            )
+
+        def teardown(self) -> None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    BufferMatchesModel.__name__ = f"BufferMatchesModel_{impl.name}"
+    return BufferMatchesModel
+
+
+def run_against_model(impl: Adapter, model: Adapter, *, max_steps: int = 25) -> None:
+    """Run the state machine under the active Hypothesis profile, with at most
+    ``max_steps`` steps per program."""
+    current = settings()
+    machine = make_state_machine(impl, model)
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            current,
+            stateful_step_count=min(current.stateful_step_count, max_steps),
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+
+
+# --------------------------------------------------------------------------
+# plain replays for the example-style properties
+# --------------------------------------------------------------------------
+
+
+def declared_samplers(
+    impl: Adapter, among: tuple[str, ...] = ("random", "prioritized")
+) -> tuple[str, ...]:
+    """The samplers of ``among`` that ``impl`` can build (``random`` is assumed)."""
+    return tuple(s for s in among if impl.has(s)) or ("random",)
+
+
+def replay(buf, layout, ops, trace: Trace, *, first_id: int = 0) -> int:
+    """Apply ``ops`` (from :func:`harness.strategies.operations`) to ``buf``,
+    recording each call on ``trace``; returns the next unused row id."""
+    next_id = first_id
+    last_index = None
+    for op in ops:
+        kind = op[0]
+        if kind == "extend":
+            n = op[1]
+            trace.op(f"buf.extend(layout.batch({next_id}, {n}))")
+            buf.extend(layout.batch(next_id, n))
+            next_id += n
+        elif kind == "add":
+            trace.op(f"buf.add(layout.row({next_id}))")
+            buf.add(layout.row(next_id))
+            next_id += 1
+        elif kind == "sample":
+            trace.op(f"rows, info = buf.sample({op[1]})")
+            _, info = buf.sample(op[1])
+            last_index = info["index"].cpu()
+        elif kind == "update":
+            if last_index is None:
+                continue
+            k = min(op[1], len(last_index))
+            index, raw = last_index[:k].clone(), torch.tensor(op[2][:k], dtype=torch.float64)
+            trace.op(
+                f"buf.update_priority(torch.tensor({index.tolist()}), torch.tensor({raw.tolist()}, dtype=torch.float64))"
+            )
+            buf.update_priority(index, raw)
+        else:  # pragma: no cover - strategies only emit the kinds above
+            raise ValueError(f"op={op!r}, but should be extend/add/sample/update")
+    return next_id

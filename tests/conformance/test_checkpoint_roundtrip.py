@@ -1,0 +1,209 @@
+"""Seed invariant 1: save -> load round-trips exactly, and the checkpoint is
+plain JSON metadata plus tensors, with no pickle anywhere."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickletools
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from harness.stateful import declared_samplers, replay
+from harness.strategies import layouts, operations, specs
+
+pytestmark = pytest.mark.requires("save_load")
+
+#: the first bytes of a zip archive (what torch.save writes)
+ZIP_HEADER = b"PK\x03\x04"
+PLAIN = (str, int, float, bool, type(None))
+
+
+def _draw_filled_buffer(impl, data):
+    spec = data.draw(specs(declared_samplers(impl)), label="spec")
+    layout = data.draw(layouts(), label="layout")
+    ops = data.draw(
+        operations(spec.capacity, prioritized=spec.sampler == "prioritized"), label="operations"
+    )
+    trace = Trace(impl, spec)
+    trace.let("layout", layout)
+    buf = impl.make(spec)
+    next_id = replay(buf, layout, ops, trace)
+    return spec, layout, trace, buf, next_id
+
+
+def _compare_state(what: str, got, want, spec, trace: Trace) -> None:
+    assert_same(f"len({what})", len(got), len(want), trace)
+    assert_same(f"{what}.cursor", got.cursor, want.cursor, trace)
+    assert_same(f"{what}.write_count", got.write_count, want.write_count, trace)
+    if len(want):
+        assert_td_equal(f"{what}.contents()", got.contents(), want.contents(), trace)
+    if spec.sampler == "prioritized":
+        slots = torch.arange(spec.capacity)
+        assert_tensor_equal(
+            f"{what}.stored_priority(all slots)",
+            got.stored_priority(slots),
+            want.stored_priority(slots),
+            trace,
+        )
+        assert_same(f"{what}.max_priority", got.max_priority, want.max_priority, trace)
+
+
+@given(data=st.data())
+def test_save_load_round_trips_exactly(impl, data):
+    """exact: after save(path) and load(path) into a fresh buffer (optionally
+    one that already holds other rows), length, cursor, write count, contents
+    (bit-identical, same dtypes and devices), stored priorities (all slots,
+    bit-identical), max priority (a float stays a float) and the RNG are the
+    same: the next samples and the next write slots are identical."""
+    spec, layout, trace, buf, next_id = _draw_filled_buffer(impl, data)
+    trace.let("path", None, "'ckpt'")
+    dirty = data.draw(st.booleans(), label="load into a buffer that already holds rows")
+    k = data.draw(st.integers(1, 6), label="next sample size")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ckpt"
+        trace.op("buf.save(path)")
+        buf.save(path)
+        fresh = impl.make(spec.but(seed=spec.seed + 1))
+        trace.op(f"buf2 = load_adapter({trace.adapter!r}).make({spec.but(seed=spec.seed + 1)!r})")
+        if dirty:
+            trace.op("buf2.extend(layout.batch(10_000, 1))")
+            fresh.extend(layout.batch(10_000, 1))
+        trace.op("buf2.load(path)")
+        fresh.load(path)
+        _compare_state("loaded", fresh, buf, spec, trace)
+        if len(buf):
+            for round_ in range(2):
+                trace.op(f"buf.sample({k}); buf2.sample({k})  # round {round_}")
+                rows_a, info_a = buf.sample(k)
+                rows_b, info_b = fresh.sample(k)
+                assert_td_equal("loaded.sample() rows", rows_b, rows_a, trace)
+                if sorted(info_b) != sorted(info_a):
+                    fail("sorted(loaded.sample() info)", sorted(info_b), sorted(info_a), trace)
+                for key in sorted(info_a):
+                    assert_tensor_equal(
+                        f"loaded.sample() info[{key!r}]", info_b[key], info_a[key], trace
+                    )
+        n = min(3, spec.capacity)
+        trace.op(
+            f"buf.extend(layout.batch({next_id}, {n})); buf2.extend(layout.batch({next_id}, {n}))"
+        )
+        assert_tensor_equal(
+            "loaded.extend(...) slots",
+            fresh.extend(layout.batch(next_id, n)).cpu(),
+            buf.extend(layout.batch(next_id, n)).cpu(),
+            trace,
+        )
+
+
+def _plain(value, where: str, trace: Trace) -> None:
+    """Only dict/list/str/int/float/bool/None, finite floats, str keys, and no
+    stringified tensors."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                fail(f"type of key {key!r} in {where}", type(key).__name__, "str", trace)
+            _plain(item, f"{where}[{key!r}]", trace)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _plain(item, f"{where}[{i}]", trace)
+    elif not isinstance(value, PLAIN):
+        fail(f"type({where})", type(value).__name__, "a plain JSON type", trace)
+    elif isinstance(value, float) and not math.isfinite(value):
+        fail(where, value, "a finite number (JSON has no NaN/inf)", trace)
+    elif isinstance(value, str) and ("tensor(" in value or "torch." in value):
+        fail(where, value, "plain data, not a stringified tensor", trace)
+
+
+def is_pickle(blob: bytes) -> bool:
+    """True when ``blob`` parses as one complete pickle stream (any protocol):
+    a PROTO header 0x80 <2..5> or a protocol-0/1 opcode, then opcodes up to
+    the final STOP."""
+    if not blob or (blob[0] == 0x80 and (len(blob) < 2 or blob[1] not in range(2, 6))):
+        return False
+    try:
+        last = None
+        for op, _, pos in pickletools.genops(blob):
+            last = (op.name, pos)
+    except Exception:
+        return False
+    return last is not None and last[0] == "STOP" and last[1] == len(blob) - 1
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+@given(data=st.data())
+def test_checkpoint_metadata_is_plain_json_without_pickle(impl, data):
+    """exact: every .json file of the checkpoint decodes with the json module
+    (no NaN/Infinity), holds only plain types (no stringified tensors), at
+    least one .json file exists, and no file is a pickle (pickle protocol
+    header) or a torch.save zip archive. After load, scalar state keeps its
+    Python type (cursor/write_count int, max_priority float)."""
+    spec, layout, trace, buf, _ = _draw_filled_buffer(impl, data)
+    trace.let("path", None, "'ckpt'")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ckpt"
+        trace.op("buf.save(path)")
+        buf.save(path)
+        files = [p for p in Path(tmp).rglob("*") if p.is_file()]
+        json_files = [p for p in files if p.suffix == ".json"]
+        if not json_files:
+            fail(
+                "checkpoint .json files",
+                [p.name for p in files],
+                "at least one metadata .json",
+                trace,
+            )
+        for p in files:
+            rel = p.relative_to(tmp).as_posix()
+            blob = p.read_bytes()
+            head = blob[:4]
+            if is_pickle(blob):
+                fail(
+                    f"format of {rel}",
+                    "<a pickle stream>",
+                    "JSON or safetensors, never pickle",
+                    trace,
+                )
+            if head == ZIP_HEADER:
+                fail(
+                    f"header of {rel}",
+                    head,
+                    "a JSON or safetensors file, not a torch.save zip",
+                    trace,
+                )
+            if p.suffix in (".pt", ".pth", ".pkl", ".pickle"):
+                fail("checkpoint file", rel, "no torch.save / pickle files", trace)
+        for p in json_files:
+            rel = p.relative_to(tmp).as_posix()
+            try:
+                meta = json.loads(p.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+            except ValueError as err:
+                fail(f"json.loads({rel})", f"<{type(err).__name__}: {err}>", "plain JSON", trace)
+            _plain(meta, rel, trace)
+        fresh = impl.make(spec)
+        trace.op(f"buf2 = load_adapter({trace.adapter!r}).make({spec!r}); buf2.load(path)")
+        fresh.load(path)
+        assert_same("type(loaded.cursor)", type(fresh.cursor).__name__, "int", trace)
+        assert_same("type(loaded.write_count)", type(fresh.write_count).__name__, "int", trace)
+        if spec.sampler == "prioritized":
+            assert_same(
+                "type(loaded.max_priority)", type(fresh.max_priority).__name__, "float", trace
+            )
+        if len(buf):
+            got, want = fresh.contents(), buf.contents()
+            for key, value in want.items(include_nested=True, leaves_only=True):
+                assert_same(
+                    f"loaded.contents()[{key!r}].dtype",
+                    str(got.get(key).dtype),
+                    str(value.dtype),
+                    trace,
+                )

@@ -1,0 +1,398 @@
+"""Deliberately broken adapters: each one plants one bug class in a copy of
+the reference, and the conformance suite must catch it.
+
+Run one by hand with::
+
+    python -m pytest tests/conformance --impl tests.meta.mutants:<factory>
+
+Every mutant is built from the reference (a subclass of
+``reference.ReplayBuffer`` or of one of its components) through
+``harness.adapters.reference.buffer_adapter``, so it differs from the
+reference in exactly one place. :data:`MUTANTS` lists each factory with the
+bug class it plants and the conformance tests expected to catch it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from harness.adapters.reference import buffer_adapter
+from harness.protocol import CAPABILITIES
+from reference import pinning
+from reference.buffer import ReplayBuffer
+from reference.policy import place_policy as reference_place_policy
+from reference.prioritized_sampler import PrioritizedSampler
+from reference.slice_sampler import SliceSampler
+from reference.storage import TensorStorage
+from reference.writer import RoundRobinWriter
+
+
+def _place_policy(policy, device, allow_in_place=True):
+    return reference_place_policy(policy, device, allow_in_place)
+
+
+def _adapter(
+    name: str, buffer_cls=ReplayBuffer, *, place_policy=_place_policy, **components
+) -> object:
+    return buffer_adapter(
+        f"mutant-{name}",
+        "0",
+        buffer_cls,
+        CAPABILITIES,
+        components=SimpleNamespace(**components),
+        place_policy=place_policy,
+        pin_module="reference.pinning",
+    )
+
+
+# --------------------------------------------------------------------------
+# 1. checkpoints
+# --------------------------------------------------------------------------
+
+
+class TensorsInJsonBuffer(ReplayBuffer):
+    """Also dumps its state as JSON with ``default=repr``: tensors end up as
+    strings like ``"tensor([...])"`` in the metadata."""
+
+    def dumps(self, path) -> None:
+        super().dumps(path)
+        (Path(path) / "state.json").write_text(json.dumps(self.state_dict(), default=repr))
+
+
+def tensors_in_json_metadata():
+    return _adapter("tensors-in-json-metadata", TensorsInJsonBuffer)
+
+
+class PickledRngBuffer(ReplayBuffer):
+    """Keeps the generator state in a ``torch.save`` file (a pickle in a zip)."""
+
+    def dumps(self, path) -> None:
+        super().dumps(path)
+        torch.save(self.generator.get_state(), Path(path) / "rng.pt")
+
+    def loads(self, path) -> None:
+        super().loads(path)
+        self.generator.set_state(torch.load(Path(path) / "rng.pt"))
+
+
+def pickled_rng_state():
+    return _adapter("pickled-rng-state", PickledRngBuffer)
+
+
+class IntMaxPrioritySampler(PrioritizedSampler):
+    """Writes an integral max priority as a JSON int and loads it back as is:
+    ``max_priority`` comes back an ``int`` after save -> load."""
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        mp = state["max_priority"]
+        state["max_priority"] = int(mp) if float(mp).is_integer() else mp
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        mp = state["max_priority"]
+        super().load_state_dict({**state, "max_priority": float(mp)})
+        self.max_priority = mp
+
+
+def metadata_changes_types():
+    return _adapter("metadata-changes-types", PrioritizedSampler=IntMaxPrioritySampler)
+
+
+class Float32OnLoadStorage(TensorStorage):
+    """Loads every floating column as float32 (a dtype "normalisation")."""
+
+    def load_state_dict(self, state: dict) -> None:
+        columns = [c.to(torch.float32) if c.is_floating_point() else c for c in state["columns"]]
+        self.data = None  # skip the layout check against the old allocation
+        super().load_state_dict({**state, "columns": columns})
+
+
+def load_changes_dtypes():
+    return _adapter("load-changes-dtypes", TensorStorage=Float32OnLoadStorage)
+
+
+# --------------------------------------------------------------------------
+# 2. priorities
+# --------------------------------------------------------------------------
+
+
+class TwiceOnWriteSampler(PrioritizedSampler):
+    """Transforms a new row's priority before handing it to ``_store``, which
+    transforms it again: ``((p + eps) ** alpha + eps) ** alpha``."""
+
+    def on_write(self, index, priority=None) -> None:
+        n = len(torch.as_tensor(index))
+        raw = (
+            torch.full((n,), self.max_priority, dtype=torch.float64)
+            if priority is None
+            else self.check_priority(priority, n)
+        )
+        super().on_write(index, (raw + self.eps) ** self.alpha)
+
+
+def priority_transformed_twice_on_add():
+    return _adapter("priority-transformed-twice-on-add", PrioritizedSampler=TwiceOnWriteSampler)
+
+
+class BatchNormalisedWeightsSampler(PrioritizedSampler):
+    """Normalises the weights by the batch's largest weight instead of the
+    buffer's smallest probability."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        info = super().sample(storage, batch_size, generator, cursor)
+        total = self.sum_tree.total()
+        p = self.sum_tree.leaf(info["index"]) / total
+        w = (len(storage) * p) ** -self.beta
+        info["weight"] = (w / w.max()).to(torch.float32)
+        return info
+
+
+def weights_normalised_over_batch():
+    return _adapter(
+        "weights-normalised-over-batch", PrioritizedSampler=BatchNormalisedWeightsSampler
+    )
+
+
+class StaleUpdateBuffer(ReplayBuffer):
+    """Applies every priority update, even to slots overwritten since sampled."""
+
+    def update_priority(self, index, priority, generation=None) -> None:
+        super().update_priority(index, priority, generation=None)
+
+
+def update_applied_to_overwritten_slot():
+    return _adapter("update-applied-to-overwritten-slot", StaleUpdateBuffer)
+
+
+# --------------------------------------------------------------------------
+# 3. pinning
+# --------------------------------------------------------------------------
+
+
+class SkipPinForDeviceNoneBuffer(ReplayBuffer):
+    """Pins only when the transformed sample says it is on the CPU: a
+    transform that returns a TensorDict with ``device=None`` goes out unpinned."""
+
+    def sample(self, batch_size=None):
+        pin, self.pin_memory = self.pin_memory, False
+        try:
+            rows, info = super().sample(batch_size)
+        finally:
+            self.pin_memory = pin
+        if pin and rows.device is not None:
+            rows, info = pinning.pin_sample(rows, info)
+        return rows, info
+
+
+def pinning_skipped_for_device_none():
+    return _adapter("pinning-skipped-for-device-none", SkipPinForDeviceNoneBuffer)
+
+
+class InfoAfterPinBuffer(ReplayBuffer):
+    """Pins first, then adds the write generations to info (left unpinned)."""
+
+    def sample(self, batch_size=None):
+        pin, self.pin_memory = self.pin_memory, False
+        try:
+            rows, info = super().sample(batch_size)
+        finally:
+            self.pin_memory = pin
+        generation = info.pop("generation")
+        if pin:
+            rows, info = pinning.pin_sample(rows, info)
+        info["generation"] = generation
+        return rows, info
+
+
+def info_keys_added_after_pinning():
+    return _adapter("info-keys-added-after-pinning", InfoAfterPinBuffer)
+
+
+class NoAcceleratorCheckBuffer(ReplayBuffer):
+    """Accepts pin_memory=True without an accelerator and quietly ignores it."""
+
+    def __init__(self, capacity=None, *, pin_memory=False, **kwargs):
+        super().__init__(capacity, pin_memory=False, **kwargs)
+
+
+def pin_memory_silently_ignored():
+    return _adapter("pin-memory-silently-ignored", NoAcceleratorCheckBuffer)
+
+
+# --------------------------------------------------------------------------
+# 4. policies
+# --------------------------------------------------------------------------
+
+
+def _raw_deepcopy_place_policy(policy, device, allow_in_place=True):
+    """Copies whenever a copy is asked for, with no guard around deepcopy."""
+    if allow_in_place:
+        return policy
+    clone = copy.deepcopy(policy)
+    return clone.to(device) if isinstance(clone, torch.nn.Module) else clone
+
+
+def raw_deepcopy_policy():
+    return _adapter("raw-deepcopy-policy", place_policy=_raw_deepcopy_place_policy)
+
+
+# --------------------------------------------------------------------------
+# 5. slices and the ring
+# --------------------------------------------------------------------------
+
+
+class BoundaryBlindSliceSampler(SliceSampler):
+    """Picks slice starts uniformly over the whole ring (write order),
+    ignoring where episodes end."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        num_slices, slice_len = self.shape(batch_size)
+        order, _, _ = self.trajectories(storage, cursor)
+        size = len(order)
+        span = max(size - slice_len, 0) + 1
+        first = torch.floor(
+            torch.rand(num_slices, generator=generator, dtype=torch.float64) * span
+        ).long()
+        rows = min(slice_len, size)
+        position = torch.cat([torch.arange(f, f + rows) for f in first.tolist()])
+        return {"index": order[position], "traj": torch.zeros(len(position), dtype=torch.long)}
+
+
+def slice_crosses_episode_boundary():
+    return _adapter("slice-crosses-episode-boundary", SliceSampler=BoundaryBlindSliceSampler)
+
+
+class OffByOneWriter(RoundRobinWriter):
+    """Once the ring is full, overwrites from slot 1 instead of slot 0."""
+
+    def next_indices(self, n: int) -> torch.Tensor:
+        index = super().next_indices(n)
+        rows = self.write_count - n + torch.arange(n)
+        wrapped = rows >= self.capacity
+        shifted = torch.where(wrapped, (rows + 1) % self.capacity, index)
+        self.generation[shifted] = rows
+        self.cursor = (self.write_count + (self.write_count >= self.capacity)) % self.capacity
+        return shifted
+
+
+class OffByOneBuffer(ReplayBuffer):
+    def __init__(self, capacity=None, **kwargs):
+        super().__init__(capacity, **kwargs)
+        self.writer = OffByOneWriter(self.capacity)
+
+
+def ring_eviction_off_by_one():
+    return _adapter("ring-eviction-off-by-one", OffByOneBuffer)
+
+
+# --------------------------------------------------------------------------
+# the table the meta test runs
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mutant:
+    factory: str  # attribute of this module
+    bug: str  # the bug class it plants
+    files: tuple[str, ...]  # conformance files to run (relative to tests/conformance)
+    targets: tuple[str, ...]  # test function names; at least one must fail
+
+
+MUTANTS = (
+    Mutant(
+        "tensors_in_json_metadata",
+        "tensors left in JSON metadata",
+        ("test_checkpoint_roundtrip.py",),
+        ("test_checkpoint_metadata_is_plain_json_without_pickle",),
+    ),
+    Mutant(
+        "pickled_rng_state",
+        "a pickle (torch.save) in the checkpoint",
+        ("test_checkpoint_roundtrip.py",),
+        ("test_checkpoint_metadata_is_plain_json_without_pickle",),
+    ),
+    Mutant(
+        "metadata_changes_types",
+        "metadata that round-trips into different types",
+        ("test_checkpoint_roundtrip.py",),
+        (
+            "test_checkpoint_metadata_is_plain_json_without_pickle",
+            "test_save_load_round_trips_exactly",
+        ),
+    ),
+    Mutant(
+        "load_changes_dtypes",
+        "a load that changes dtypes",
+        ("test_checkpoint_roundtrip.py",),
+        (
+            "test_save_load_round_trips_exactly",
+            "test_checkpoint_metadata_is_plain_json_without_pickle",
+        ),
+    ),
+    Mutant(
+        "priority_transformed_twice_on_add",
+        "a priority transformed twice on add",
+        ("test_priority_transform.py",),
+        (
+            "test_writer_default_priority_is_transformed_once",
+            "test_priority_key_in_data_is_transformed_once",
+        ),
+    ),
+    Mutant(
+        "weights_normalised_over_batch",
+        "weights normalised over the batch instead of the buffer",
+        ("test_sampling_distributions.py",),
+        ("test_weights_are_normalised_over_the_buffer_not_the_batch",),
+    ),
+    Mutant(
+        "update_applied_to_overwritten_slot",
+        "an update applied to an overwritten slot",
+        ("test_sampling_distributions.py",),
+        ("test_stale_priority_updates_are_ignored",),
+    ),
+    Mutant(
+        "pinning_skipped_for_device_none",
+        "pinning skipped when a transform returns device=None",
+        ("test_pin_memory.py",),
+        ("test_pin_step_is_last_and_sees_transformed_sample_and_info",),
+    ),
+    Mutant(
+        "info_keys_added_after_pinning",
+        "info keys added after pinning",
+        ("test_pin_memory.py",),
+        ("test_pin_step_is_last_and_sees_transformed_sample_and_info",),
+    ),
+    Mutant(
+        "pin_memory_silently_ignored",
+        "pin_memory=True a silent no-op without an accelerator",
+        ("test_pin_memory.py",),
+        ("test_pin_memory_without_accelerator_is_a_clear_error",),
+    ),
+    Mutant(
+        "raw_deepcopy_policy",
+        "a raw deepcopy error for a non-copyable policy",
+        ("test_policy_placement.py",),
+        ("test_non_copyable_policy_needing_a_copy_fails_with_a_clear_error",),
+    ),
+    Mutant(
+        "slice_crosses_episode_boundary",
+        "a slice that crosses an episode boundary",
+        ("test_trajectory_slices.py",),
+        ("test_slices_are_contiguous_and_inside_one_episode",),
+    ),
+    Mutant(
+        "ring_eviction_off_by_one",
+        "an off-by-one in ring eviction",
+        ("test_ring_eviction.py",),
+        ("test_ring_eviction_matches_reference_and_closed_form",),
+    ),
+)
+
+__all__ = ["MUTANTS", "Mutant", *[m.factory for m in MUTANTS]]

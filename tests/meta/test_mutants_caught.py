@@ -1,0 +1,199 @@
+"""Meta tests: the conformance suite must catch every deliberately broken
+adapter of tests/meta/mutants.py, in the property aimed at its bug.
+
+Each mutant runs the targeted conformance tests in a subprocess
+(``--impl tests.meta.mutants:<factory>``, ci profile, ``--rbcheck-results``);
+the run must fail, and one of the targeted properties must be among the
+failures with a self-explaining message (``... but should be ...``). The
+reference must pass the same tests (the control), so a catch is never an
+artefact of a broken test. The table of which test caught which mutant is
+printed at the end of the run.
+
+These tests check the suite itself, not an implementation: they run once,
+with the reference as ``--impl``, and are skipped for other ``--impl`` values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.meta.mutants import MUTANTS, Mutant
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFORMANCE = ROOT / "tests" / "conformance"
+TIMEOUT_S = 180
+CAUGHT: list[tuple[str, str, str, str]] = []  # (mutant, bug class, caught by, message)
+
+
+@pytest.fixture(autouse=True)
+def _only_with_the_reference(impl):
+    if impl.name != "reference":
+        pytest.skip(
+            f"meta tests check the suite itself; run them with --impl reference (not {impl.name!r})"
+        )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_table(request):
+    yield
+    if not CAUGHT:
+        return
+    lines = ["", "mutant -> caught by (conformance property)"]
+    for name, bug, test, message in CAUGHT:
+        lines.append(f"  {name:<36} {test}")
+        lines.append(f"  {'':<36} ({bug}) {message[:160]}")
+    text = "\n".join(lines)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if capture is not None:
+        with capture.global_and_fixture_disabled():
+            print(text)
+    else:  # pragma: no cover
+        print(text)
+
+
+def run_conformance(impl: str, files, targets, results: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RBCHECK_IMPL", "RBCHECK_PROFILE")}
+    env["OMP_NUM_THREADS"] = "1"  # the runs go in parallel, one per core
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *[str(CONFORMANCE / f) for f in files],
+        "--impl",
+        impl,
+        "--rbcheck-profile",
+        "ci",
+        "--rbcheck-results",
+        str(results),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-W",
+        "ignore::DeprecationWarning",
+        "-k",
+        " or ".join(targets),
+    ]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def outcomes(results: Path) -> dict[str, tuple[str, str]]:
+    """``{test function name: (outcome, message)}`` from a results file (the
+    worst outcome over parametrized cases)."""
+    data = json.loads(results.read_text())
+    rank = {"fail": 3, "error": 3, "pass": 1}
+    out: dict[str, tuple[str, str]] = {}
+    for record in data["tests"]:
+        name = record["property"].split("::")[-1]
+        old = out.get(name)
+        if old is None or rank.get(record["outcome"], 0) > rank.get(old[0], 0):
+            out[name] = (record["outcome"], record["message"])
+    return out
+
+
+def _control_args() -> tuple[list[str], list[str]]:
+    files = sorted({f for m in MUTANTS for f in m.files})
+    targets = sorted({t for m in MUTANTS for t in m.targets})
+    return files, targets
+
+
+@pytest.fixture(scope="module")
+def runs(request):
+    """Start the subprocess runs of every selected test at once (one worker
+    per core) and hand out ``name -> (Future[CompletedProcess], results path)``."""
+    selected = set()
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "mutant" in callspec.params:
+            selected.add(callspec.params["mutant"].factory)
+        elif item.name == "test_reference_passes_every_targeted_property":
+            selected.add("reference")
+    tmp = Path(tempfile.mkdtemp(prefix="rbcheck-meta-"))
+    workers = max(1, min(4, os.cpu_count() or 1))
+    jobs: dict[str, tuple[Future, Path]] = {}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        files, targets = _control_args()
+        path = tmp / "reference.json"
+        if "reference" in selected:
+            jobs["reference"] = (
+                pool.submit(run_conformance, "reference", files, targets, path),
+                path,
+            )
+        for m in MUTANTS:
+            if m.factory not in selected:
+                continue
+            path = tmp / f"{m.factory}.json"
+            future = pool.submit(
+                run_conformance, f"tests.meta.mutants:{m.factory}", m.files, m.targets, path
+            )
+            jobs[m.factory] = (future, path)
+        yield jobs
+        for future, _ in jobs.values():
+            future.cancel()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.factory for m in MUTANTS])
+def test_mutant_is_caught(mutant: Mutant, runs):
+    """The targeted conformance property fails on the mutant, with a message
+    in the ``<what>=<got>, but should be <expected>`` form."""
+    if mutant.factory == "pin_memory_silently_ignored" and torch.cuda.is_available():
+        pytest.skip(
+            "pin_memory=True is valid with an accelerator: this bug class only exists without one"
+        )
+    future, results = runs[mutant.factory]
+    proc = future.result(timeout=2 * TIMEOUT_S)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 1, (
+        f"pytest exit status={proc.returncode} on mutant {mutant.factory!r}, but should be 1 "
+        f"(tests failed: the bug '{mutant.bug}' must be caught)\n{tail}"
+    )
+    seen = outcomes(results)
+    caught = [t for t in mutant.targets if seen.get(t, ("", ""))[0] in ("fail", "error")]
+    assert caught, (
+        f"failed properties={sorted(t for t, (o, _) in seen.items() if o in ('fail', 'error'))}, "
+        f"but should include one of {list(mutant.targets)} (bug: {mutant.bug})\n{tail}"
+    )
+    message = seen[caught[0]][1]
+    if message.startswith(
+        "ExceptionGroup: Hypothesis found"
+    ):  # several distinct bugs: read the log
+        explained = [ln.strip() for ln in proc.stdout.splitlines() if "but should be" in ln]
+        message = explained[0] if explained else message
+    assert "but should be" in message, (
+        f"failure message={message!r}, but should explain itself ('<what>=<got>, but should be <expected>')"
+    )
+    CAUGHT.append((mutant.factory, mutant.bug, ", ".join(caught), message))
+    print(f"{mutant.factory}: caught by {', '.join(caught)}: {message[:200]}")
+
+
+def test_reference_passes_every_targeted_property(runs):
+    """The control: the reference passes every property the mutants are
+    aimed at (so each catch above is the mutant's bug, not a broken test)."""
+    _, targets = _control_args()
+    future, results = runs["reference"]
+    proc = future.result(timeout=2 * TIMEOUT_S)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0, (
+        f"pytest exit status={proc.returncode} on the reference, but should be 0\n{tail}"
+    )
+    seen = outcomes(results)
+    for target in targets:
+        outcome = seen.get(target, ("missing", ""))[0]
+        if (
+            target == "test_pin_memory_without_accelerator_is_a_clear_error"
+            and torch.cuda.is_available()
+        ):
+            continue
+        assert outcome == "pass", (
+            f"outcome of {target} on the reference={outcome!r}, but should be 'pass'"
+        )

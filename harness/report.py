@@ -35,6 +35,9 @@ from typing import Any
 from harness.adapters import builtin_names, load_adapter
 
 THIRD_PARTY = frozenset({"torchrl"})
+#: Catalogues of bad inputs and faults, summarised per implementation (file -> label).
+ROBUSTNESS = {"test_bad_input.py": "bad input", "test_checkpoint_faults.py": "checkpoint faults"}
+TRIED = ("pass", "fail", "error", "xfail", "xpass")
 SUITE = "tests/conformance"
 CELL_WIDTH_MD = 140
 CELL_WIDTH_TEXT = 48
@@ -96,6 +99,28 @@ def cell_text(outcome: str, message: str) -> str:
     return outcome
 
 
+def robustness(result: ImplResult) -> dict[str, dict[str, int]]:
+    """Per catalogue: cases ``tried`` (run, whatever the outcome), ``survived``
+    (passed: refused with nothing lost) and ``not_run`` (skipped or unavailable)."""
+    out = {label: {"tried": 0, "survived": 0, "not_run": 0} for label in ROBUSTNESS.values()}
+    for test in result.tests:
+        label = ROBUSTNESS.get(row_id(test["nodeid"]).split("::", 1)[0].rsplit("/", 1)[-1])
+        if label is None:
+            continue
+        if test["outcome"] in TRIED:
+            out[label]["tried"] += 1
+            out[label]["survived"] += test["outcome"] in ("pass", "xpass")
+        else:
+            out[label]["not_run"] += 1
+    return out
+
+
+def robustness_text(counts: dict[str, dict[str, int]]) -> str:
+    return "; ".join(f"{label}: {c['survived']}/{c['tried']} survived"
+                     + (f" ({c['not_run']} not run)" if c["not_run"] else "")
+                     for label, c in counts.items())
+
+
 def build(results: list[ImplResult]) -> dict[str, Any]:
     """The report as plain data (what conformance.json holds)."""
     rows: dict[str, dict[str, Any]] = {}
@@ -134,6 +159,7 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
             "exitstatus": result.exitstatus,
             "warnings": result.warnings,
             "counts": counts,
+            "robustness": robustness(result),
         }
     return {
         "implementations": implementations,
@@ -185,6 +211,18 @@ def render_markdown(report: dict[str, Any]) -> str:
     for row in report["rows"]:
         cells = [_md_escape(_clip(row["cells"][n]["text"], CELL_WIDTH_MD)) for n in order]
         lines.append(f"| `{row['id']}` | " + " | ".join(cells) + " |")
+    lines += ["", "## Bad input and faults", "",
+              "Cases tried (run) and survived (refused with nothing lost, or loaded exactly).", "",
+              "| implementation | " + " | ".join(f"{label}: survived / tried" for label in ROBUSTNESS.values())
+              + " | not run |", "|---" * (len(ROBUSTNESS) + 2) + "|"]
+    for name in order:
+        info = report["implementations"][name]
+        counts = info.get("robustness") or {}
+        if info["status"] != "ran" or not counts:
+            lines.append(f"| {name} | " + " | ".join("--" for _ in ROBUSTNESS) + f" | {info['status']} |")
+            continue
+        cells = [f"{counts[label]['survived']} / {counts[label]['tried']}" for label in ROBUSTNESS.values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {sum(c['not_run'] for c in counts.values())} |")
     lines += ["", "## Implementations", ""]
     for name in order:
         info = report["implementations"][name]
@@ -230,6 +268,8 @@ def render_text(report: dict[str, Any]) -> str:
         else:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
             lines.append(f"{name} {info['version']}: {counts}")
+            if info.get("robustness"):
+                lines.append(f"  {robustness_text(info['robustness'])}")
             for cap, why in sorted(info["unavailable"].items()):
                 lines.append(f"  unavailable: {cap}: {_clip(why, 160)}")
     return "\n".join(lines)

@@ -65,6 +65,8 @@ class ReplayBuffer:
             raise ValueError(f"transform={transform!r}, but should be callable or None")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size={batch_size!r}, but should be an int >= 1 or None")
+        if batch_size is not None and hasattr(sampler, "shape"):
+            sampler.shape(batch_size)  # a slice sampler: batch_size must divide into slices
         if pin_memory:
             pinning.require_accelerator()
         if isinstance(generator, int) and not isinstance(generator, bool):
@@ -91,16 +93,19 @@ class ReplayBuffer:
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
         self.storage.check(data)
-        n, priority = data.batch_size[0], None
-        key = self.priority_key
-        if self.prioritized and key is not None and key in data.keys(include_nested=True):
-            value = data.get(self.priority_key)
-            value = value.reshape(n) if value.numel() == n else value
-            priority = self.sampler.check_priority(value, n)
+        n, priority = data.batch_size[0], self.priority_of(data)
         index = self.writer.next_indices(n)
         self.storage.set(index, data)
         self.sampler.on_write(index, priority)
         return index
+
+    def priority_of(self, data: TensorDictBase) -> torch.Tensor | None:
+        """The checked raw priorities ``data`` carries under ``priority_key`` (None: none)."""
+        key, n = self.priority_key, data.batch_size[0]
+        if not self.prioritized or key is None or key not in data.keys(include_nested=True):
+            return None
+        value = data.get(key)
+        return self.sampler.check_priority(value.reshape(n) if value.numel() == n else value, n)
 
     def add(self, row: TensorDictBase) -> int:
         """Write one row (batch size ``[]``); return its slot."""
@@ -143,6 +148,8 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict) -> None:
         """Replace the whole state. Everything is validated on copies first (ValueError)."""
         try:
+            if not isinstance(state, dict):
+                raise TypeError(f"state is a {type(state).__name__}, not a dict")
             _check_capacity("capacity", state["capacity"], self.capacity)
             staged = {}
             for name in ("storage", "writer", "sampler"):
@@ -153,7 +160,7 @@ class ReplayBuffer:
                 raise ValueError(f"storage size={len(staged['storage'])}, but should be "
                                  f"min(write_count={count}, capacity={self.capacity})")
             torch.Generator().set_state(state["generator"])  # validates the generator state
-        except (KeyError, TypeError, RuntimeError) as error:
+        except (KeyError, TypeError, AttributeError, IndexError, OverflowError, RuntimeError) as error:
             raise ValueError(f"state={error!r}, but should be a complete, valid state_dict") from error
         for name, part in staged.items():
             getattr(self, name).__dict__.update(part.__dict__)

@@ -13,15 +13,20 @@ Contract
   then swaps ``CURRENT`` with ``os.replace`` and only then deletes the older
   sub-directories. A crash at any point leaves the previous checkpoint
   loadable.
-* ``load_checkpoint(buffer, path)`` checks the pointer, the schema version,
-  the sha256 of the tensor file, every tensor's dtype and shape, and then
-  the state against the buffer (capacity, field layout when already
-  allocated, sampler type) BEFORE changing the buffer. Any problem raises
-  ``CheckpointError`` saying what is wrong; the buffer is then unchanged.
+* ``load_checkpoint(buffer, path)`` never unpickles and never follows a
+  symlink: ``CURRENT`` must name a ``ckpt-*`` sub-directory holding exactly
+  the two regular files. It checks the schema version, the checksum of
+  ``meta.json`` (sha256 of its canonical JSON, stored in it), the sha256 of
+  the tensor file, every tensor's dtype and shape, that every tensor is used,
+  then the state against the buffer (capacity, field layout when already
+  allocated, sampler type, consistency of trees and writer) BEFORE changing
+  the buffer. Any problem raises ``CheckpointError`` saying what is wrong;
+  the buffer is then unchanged.
 * The round trip is bit-exact: storage, writer, trees, max priority (a
   float), sampler parameters and generator state, hence the next samples.
 
-Cost: O(size of the state) time and disk; one extra copy on disk during a save.
+Cost: O(size of the state) time; during a save one extra copy of the tensors in
+memory (serialised before the disk is touched) and on disk (the old checkpoint).
 """
 
 from __future__ import annotations
@@ -31,15 +36,19 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as dump_tensors
 
 SCHEMA_VERSION = 1
 FORMAT = "rbcheck.ReplayBuffer"
 POINTER, META, TENSORS = "CURRENT", "meta.json", "tensors.safetensors"
+META_KEYS = {"schema_version", "format", "checksum", "sha256", "tensors", "state"}
+MAX_POINTER_BYTES, MAX_META_BYTES = 256, 1 << 26
 
 
 class CheckpointError(Exception):
@@ -60,26 +69,36 @@ def _split(obj, name: str, tensors: dict):
     raise CheckpointError(f"state[{name!r}]={type(obj).__name__}, but should be a tensor or plain value")
 
 
-def _join(obj, tensors: dict):
-    """Inverse of ``_split``."""
+def _join(obj, tensors: dict, used: set):
+    """Inverse of ``_split``; records the tensor names it uses in ``used``."""
     if isinstance(obj, dict):
-        if set(obj) == {"tensor"}:
+        if set(obj) == {"tensor"} and isinstance(obj["tensor"], str):
+            used.add(obj["tensor"])
             return tensors[obj["tensor"]]
-        return {k: _join(v, tensors) for k, v in obj.items()}
+        return {k: _join(v, tensors, used) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_join(v, tensors) for v in obj]
+        return [_join(v, tensors, used) for v in obj]
     return obj
 
 
-def _sha256(file: Path) -> str:
-    return hashlib.sha256(file.read_bytes()).hexdigest()
+def _checksum(meta: dict) -> str:
+    """sha256 of ``meta`` without its checksum, as canonical JSON."""
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
-def _fsync(path: Path) -> None:
-    """Flush a file or a directory entry to disk."""
+def _write(file: Path, data: bytes) -> None:
+    """Write and fsync a new file."""
+    with open(file, "xb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        os.fsync(fd)  # the directory entries (new files, the swapped pointer) reach the disk
     finally:
         os.close(fd)
 
@@ -87,62 +106,107 @@ def _fsync(path: Path) -> None:
 def save_checkpoint(buffer, path) -> None:
     """Atomically write ``buffer``'s state as a checkpoint directory at ``path``."""
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     tensors: dict = {}
     state = _split(buffer.state_dict(), "state", tensors)
-    new = Path(tempfile.mkdtemp(prefix="ckpt-", dir=path))
-    save_file(tensors, new / TENSORS)
+    blob = dump_tensors(tensors)  # everything is serialised before the disk is touched
     layout = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
               for k, v in tensors.items()}
     meta = {"schema_version": SCHEMA_VERSION, "format": FORMAT,
-            "sha256": {TENSORS: _sha256(new / TENSORS)}, "tensors": layout, "state": state}
-    (new / META).write_text(json.dumps(meta, allow_nan=False, indent=1))
-    for file in (new / TENSORS, new / META, new):
-        _fsync(file)
-    (path / (POINTER + ".tmp")).write_text(new.name + "\n")
-    _fsync(path / (POINTER + ".tmp"))
-    os.replace(path / (POINTER + ".tmp"), path / POINTER)
-    _fsync(path)
+            "sha256": {TENSORS: hashlib.sha256(blob).hexdigest()}, "tensors": layout, "state": state}
+    try:
+        meta["checksum"] = _checksum(meta)
+        text = json.dumps(meta, allow_nan=False, indent=1).encode()
+    except ValueError as error:
+        raise CheckpointError(f"state={error}, but should hold only finite numbers") from error
+    path.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(prefix="ckpt-", dir=path))
+    _write(new / TENSORS, blob)
+    _write(new / META, text)
+    _fsync_dir(new)
+    pointer = path / (POINTER + ".tmp")
+    pointer.unlink(missing_ok=True)  # a leftover of a crashed save
+    _write(pointer, new.name.encode() + b"\n")
+    os.replace(pointer, path / POINTER)  # the commit point
+    _fsync_dir(path)
     for old in path.glob("ckpt-*"):  # the previous checkpoint and leftovers of crashed saves
-        if old != new:
+        if old != new and re.fullmatch(r"ckpt-[A-Za-z0-9_]+", old.name):
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _reject_constant(name: str):
-    raise CheckpointError(f"{META} contains {name}, but should contain only finite numbers")
+def _read(file: Path, limit: int) -> bytes:
+    """The bytes of a regular file (not a symlink) of at most ``limit`` bytes."""
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise CheckpointError(f"{file.name} could not be opened ({error.strerror}), "
+                              "but should be a regular file, not a symlink") from error
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise CheckpointError(f"{file.name} is {stat.filemode(info.st_mode)} of {info.st_size} "
+                                  f"bytes, but should be a regular file of at most {limit} bytes")
+        return handle.read(info.st_size)
+
+
+def _parse_meta(raw: bytes) -> dict:
+    def reject(name):
+        raise ValueError(f"{name} is not a finite number")
+    try:
+        meta = json.loads(raw.decode("utf-8"), parse_constant=reject)
+    except (ValueError, RecursionError) as error:
+        raise CheckpointError(f"{META} unreadable ({error}), but should be valid JSON") from None
+    if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
+        got = meta.get("schema_version") if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointError(f"schema_version={got!r}, but should be {SCHEMA_VERSION}")
+    if set(meta) != META_KEYS or meta["format"] != FORMAT or not isinstance(meta["sha256"], dict):
+        raise CheckpointError(f"{META} keys={sorted(meta)}, format={meta.get('format')!r}, "
+                              f"but should be {sorted(META_KEYS)}, {FORMAT!r}")
+    try:
+        checksum = _checksum(meta)
+    except (ValueError, RecursionError) as error:
+        raise CheckpointError(f"{META} state unreadable ({error})") from None
+    if meta["checksum"] != checksum:
+        raise CheckpointError(f"{META} checksum={meta['checksum']!r:.80}, but should be {checksum} "
+                              "(the file was changed after it was written)")
+    return meta
 
 
 def read_checkpoint(path) -> dict:
     """The validated state dict stored at ``path`` (raises CheckpointError)."""
     path = Path(path)
-    if not (path / POINTER).is_file():
+    if not path.is_dir():
+        raise CheckpointError(f"path={str(path)!r} is not a directory, but should be a checkpoint directory")
+    if not os.path.lexists(path / POINTER):
         raise CheckpointError(f"path={str(path)!r} has no {POINTER} file, but should be a checkpoint directory")
-    name = (path / POINTER).read_text().strip()
-    if not re.fullmatch(r"ckpt-[A-Za-z0-9_]+", name) or not (path / name).is_dir():
-        raise CheckpointError(f"{POINTER}={name!r}, but should name an existing ckpt-* sub-directory")
+    name = _read(path / POINTER, MAX_POINTER_BYTES).decode("ascii", "replace").strip()
+    sub = path / name
+    if not re.fullmatch(r"ckpt-[A-Za-z0-9_]+", name) or not sub.is_dir() or sub.is_symlink():
+        raise CheckpointError(f"{POINTER}={name!r:.80}, but should name a ckpt-* sub-directory "
+                              "(not a symlink, no path separators)")
+    files = sorted(os.listdir(sub))
+    if files != sorted([META, TENSORS]):
+        raise CheckpointError(f"{name} files={files}, but should be {sorted([META, TENSORS])}")
+    meta = _parse_meta(_read(sub / META, MAX_META_BYTES))
+    raw = _read(sub / TENSORS, 1 << 62)
+    digest, want = hashlib.sha256(raw).hexdigest(), meta["sha256"].get(TENSORS)
+    if digest != want:
+        raise CheckpointError(f"sha256({TENSORS})={digest}, but should be {want!r:.80}")
     try:
-        meta = json.loads((path / name / META).read_text(), parse_constant=_reject_constant)
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"{META} unreadable ({error}), but should be valid JSON") from error
-    if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
-        got = meta.get("schema_version") if isinstance(meta, dict) else meta
-        raise CheckpointError(f"schema_version={got!r}, but should be {SCHEMA_VERSION}")
-    if meta.get("format") != FORMAT or not all(k in meta for k in ("sha256", "tensors", "state")):
-        raise CheckpointError(f"{META} format={meta.get('format')!r}, but should be {FORMAT!r} "
-                              "with sha256, tensors and state")
-    file = path / name / TENSORS
-    digest = _sha256(file) if file.is_file() else "missing"
-    if digest != meta["sha256"].get(TENSORS):
-        raise CheckpointError(f"sha256({TENSORS})={digest}, but should be {meta['sha256'].get(TENSORS)}")
-    tensors = load_file(file)
+        tensors = load_tensors(raw)  # the bytes that were hashed: no second read
+    except Exception as error:  # safetensors reports a bad header with its own error type
+        raise CheckpointError(f"{TENSORS} unreadable ({error}), but should be a safetensors file") from None
     got = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
            for k, v in tensors.items()}
     if got != meta["tensors"]:
-        raise CheckpointError(f"tensors={got}, but should be {meta['tensors']}")
+        raise CheckpointError(f"tensors={got}, but should be {meta['tensors']!r:.400}")
+    used: set = set()
     try:
-        return _join(meta["state"], tensors)
-    except KeyError as error:
-        raise CheckpointError(f"tensor {error} is referenced, but should be in {TENSORS}") from error
+        state = _join(meta["state"], tensors, used)
+    except (KeyError, TypeError, RecursionError) as error:
+        raise CheckpointError(f"tensor {error!r:.80} is referenced, but should be in {TENSORS}") from None
+    if used != set(tensors):
+        raise CheckpointError(f"unused tensors={sorted(set(tensors) - used)}, but should be none")
+    return state
 
 
 def load_checkpoint(buffer, path) -> None:

@@ -32,15 +32,52 @@ import math
 import torch
 
 from .random_sampler import check_batch_size, check_not_empty
-from .storage import check_index
+from .storage import as_tensor, check_index
 from .sum_tree import MinTree, SumTree
 
 
-def _check_param(name: str, value) -> float:
+def check_param(name: str, value, high: float = math.inf) -> float:
+    """``alpha`` / ``eps`` (``>= 0``) or ``beta`` (``high=1``) as a float, else ValueError."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name}={value!r}, but should be a finite number >= 0")
+    if not number or not math.isfinite(value) or not 0 <= value <= high:
+        allowed = "a finite number >= 0" if high == math.inf else f"a number in [0, {high}]"
+        raise ValueError(f"{name}={value!r}, but should be {allowed}")
     return float(value)
+
+
+def check_priority(priority, n: int, device="cpu") -> torch.Tensor:
+    """Raw priorities as float64[n] on ``device``; ValueError on a wrong shape, dtype or value."""
+    priority = as_tensor(priority, "priority").detach()
+    if priority.is_complex() or priority.dtype == torch.bool:
+        raise ValueError(f"priority.dtype={priority.dtype}, but should be a real number dtype")
+    priority = priority.to(device, torch.float64)
+    if tuple(priority.shape) != (n,):
+        raise ValueError(f"priority.shape={tuple(priority.shape)}, but should be ({n},)")
+    bad = ~torch.isfinite(priority) | (priority < 0)
+    if bool(bad.any()):  # Reverb's rule: NaN, inf and negative are refused, zero is allowed
+        raise ValueError(f"priority={priority[bad][:5].tolist()}, but should be finite and >= 0")
+    return priority
+
+
+def check_generation(index: torch.Tensor, generation, current) -> torch.Tensor | None:
+    """The mask of entries to apply (None: all), after checking ``generation`` and that
+    every slot was written (``current >= 0``)."""
+    if current is None:
+        return None
+    current = torch.as_tensor(current)
+    if current.shape != index.shape:
+        raise ValueError(f"current_generation.shape={tuple(current.shape)}, but should be {tuple(index.shape)}")
+    if bool((current < 0).any()):
+        raise ValueError(f"index={index[current.to(index.device) < 0][:5].tolist()}, "
+                         f"but should be slots already written")
+    if generation is None:
+        return None
+    generation = as_tensor(generation, "generation")
+    if generation.is_floating_point() or generation.is_complex() or generation.dtype == torch.bool:
+        raise ValueError(f"generation.dtype={generation.dtype}, but should be an integer dtype")
+    if generation.shape != index.shape:
+        raise ValueError(f"generation.shape={tuple(generation.shape)}, but should be {tuple(index.shape)}")
+    return generation.to(current.device, current.dtype) == current
 
 
 class PrioritizedSampler:
@@ -48,22 +85,15 @@ class PrioritizedSampler:
 
     def __init__(self, capacity: int, alpha: float, beta: float, eps: float = 1e-8):
         self.capacity = capacity
-        self.alpha = _check_param("alpha", alpha)
-        self.beta = _check_param("beta", beta)
-        self.eps = _check_param("eps", eps)
+        self.alpha = check_param("alpha", alpha)
+        self.beta = check_param("beta", beta, high=1.0)
+        self.eps = check_param("eps", eps)
         self.sum_tree = SumTree(capacity)
         self.min_tree = MinTree(capacity)  # holds +inf for zero leaves: they are never sampled
         self.max_priority = 1.0
 
     def check_priority(self, priority, n: int) -> torch.Tensor:
-        """Raw priorities as float64[n]; ValueError if the shape or a value is wrong."""
-        priority = torch.as_tensor(priority).detach().to("cpu", torch.float64)
-        if tuple(priority.shape) != (n,):
-            raise ValueError(f"priority.shape={tuple(priority.shape)}, but should be ({n},)")
-        bad = priority[~torch.isfinite(priority) | (priority < 0)]
-        if bad.numel():
-            raise ValueError(f"priority={bad[:5].tolist()}, but should be finite and >= 0")
-        return priority
+        return check_priority(priority, n)
 
     def _store(self, index: torch.Tensor, raw: torch.Tensor) -> None:
         """The ONLY place a raw priority is transformed."""
@@ -86,24 +116,10 @@ class PrioritizedSampler:
         """Set raw priorities; entries with a stale ``generation`` are skipped."""
         index = check_index(index, self.capacity)
         raw = self.check_priority(priority, len(index))
-        keep = torch.ones(len(index), dtype=torch.bool)
-        if current_generation is not None:
-            current = torch.as_tensor(current_generation)
-            if current.shape != index.shape:
-                raise ValueError(
-                    f"current_generation.shape={tuple(current.shape)}, but should be {tuple(index.shape)}"
-                )
-            never = index[current < 0]
-            if never.numel():
-                raise ValueError(f"index={never[:5].tolist()}, but should be slots already written")
-            if generation is not None:
-                generation = torch.as_tensor(generation)
-                if generation.shape != index.shape:
-                    raise ValueError(
-                        f"generation.shape={tuple(generation.shape)}, but should be {tuple(index.shape)}"
-                    )
-                keep = generation.to(current.dtype) == current
-        self._store(index[keep], raw[keep])
+        keep = check_generation(index, generation, current_generation)
+        if keep is not None:
+            index, raw = index[keep], raw[keep]
+        self._store(index, raw)
 
     def indices_from_uniforms(self, u: torch.Tensor, size: int | None = None) -> torch.Tensor:
         """Map float64 uniforms in [0, 1) to slots; ``size`` is unused (the tree knows)."""
@@ -139,12 +155,16 @@ class PrioritizedSampler:
         """Replace params, trees and max priority; ValueError before any change if invalid."""
         if state.get("type") != "PrioritizedSampler":
             raise ValueError(f"sampler type={state.get('type')!r}, but should be 'PrioritizedSampler'")
-        alpha, beta, eps = (_check_param(k, state[k]) for k in ("alpha", "beta", "eps"))
+        alpha, eps = check_param("alpha", state["alpha"]), check_param("eps", state["eps"])
+        beta = check_param("beta", state["beta"], high=1.0)
         max_priority = state["max_priority"]
-        if not isinstance(max_priority, float) or not math.isfinite(max_priority):
-            raise ValueError(f"max_priority={max_priority!r}, but should be a finite float")
+        if not isinstance(max_priority, float) or not math.isfinite(max_priority) or max_priority < 0:
+            raise ValueError(f"max_priority={max_priority!r}, but should be a finite float >= 0")
         sum_tree, min_tree = SumTree(self.capacity), MinTree(self.capacity)
         sum_tree.load_state_dict(state["sum_tree"])
         min_tree.load_state_dict(state["min_tree"])
+        leaf = sum_tree.leaf(torch.arange(self.capacity))
+        if not torch.equal(torch.where(leaf > 0, leaf, math.inf), min_tree.leaf(torch.arange(self.capacity))):
+            raise ValueError("min_tree leaves, but should be the sum_tree leaves (+inf for 0)")
         self.alpha, self.beta, self.eps, self.max_priority = alpha, beta, eps, max_priority
         self.sum_tree, self.min_tree = sum_tree, min_tree

@@ -21,10 +21,24 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+#: Device types whose tensors can be read (copied) by the buffer.
+READABLE_DEVICES = ("cpu", "cuda")
+
+
+def as_tensor(value, name: str) -> torch.Tensor:
+    """``value`` as a tensor on a readable device, or ValueError naming ``name``."""
+    try:
+        tensor = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"{name}={value!r:.80}, but should be a tensor of numbers ({error})") from None
+    if tensor.device.type not in READABLE_DEVICES:
+        raise ValueError(f"{name}.device={tensor.device}, but should be one of {READABLE_DEVICES}")
+    return tensor
+
 
 def check_index(index, high: int, name: str = "index") -> torch.Tensor:
     """Return ``index`` as a 1-D int64 CPU tensor after checking ``0 <= index < high``."""
-    index = torch.as_tensor(index)
+    index = as_tensor(index, name)
     if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
         raise ValueError(f"{name}.dtype={index.dtype}, but should be an integer dtype")
     if index.dim() != 1:
@@ -81,9 +95,13 @@ class TensorStorage:
             raise ValueError(f"data={type(data).__name__}, but should be a TensorDict")
         if data.batch_dims != 1 or data.batch_size[0] < 1:
             raise ValueError(f"data.batch_size={list(data.batch_size)}, but should be [n] with n >= 1")
-        got = {k: (tuple(v.shape[1:]), v.dtype) for k, v in columns(data).items()}
-        if not got:
+        cols = columns(data)
+        if not cols:
             raise ValueError("data has no tensors, but should have at least one")
+        for key, value in cols.items():
+            if value.device.type not in {*READABLE_DEVICES, self.device.type}:
+                raise ValueError(f"data[{key}].device={value.device}, but should be cpu or {self.device}")
+        got = {k: (tuple(v.shape[1:]), v.dtype) for k, v in cols.items()}
         want = self.layout()
         if want and set(got) != set(want):
             raise ValueError(f"data keys={sorted(got)}, but should be {sorted(want)}")
@@ -128,17 +146,24 @@ class TensorStorage:
         """Replace the contents; raises ValueError (before changing anything) on a mismatch."""
         if state["capacity"] != self.capacity:
             raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
-        if not isinstance(state["size"], int) or not 0 <= state["size"] <= self.capacity:
-            raise ValueError(f"size={state['size']!r}, but should be an int in [0, {self.capacity}]")
+        size = state["size"]
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= self.capacity:
+            raise ValueError(f"size={size!r}, but should be an int in [0, {self.capacity}]")
         keys = [tuple(k) for k in state["keys"]]
-        if not keys and state["size"]:
-            raise ValueError(f"size={state['size']} with no columns, but should be 0")
+        if not all(k and all(isinstance(part, str) and part for part in k) for k in keys):
+            raise ValueError(f"keys={keys!r:.200}, but should be lists of non-empty strings")
+        if len(set(keys)) != len(keys) or any(k[:i] in keys for k in keys for i in range(1, len(k))):
+            raise ValueError(f"keys={keys!r:.200}, but should be distinct leaves (no key inside another)")
+        if not keys and size:
+            raise ValueError(f"size={size} with no columns, but should be 0")
         if len(keys) != len(state["columns"]):
             raise ValueError(f"len(columns)={len(state['columns'])}, but should be {len(keys)}")
-        got = {k: (tuple(v.shape[1:]), v.dtype) for k, v in zip(keys, state["columns"], strict=True)}
+        got = {}
         for key, value in zip(keys, state["columns"], strict=True):
-            if value.shape[:1] != (self.capacity,):
-                raise ValueError(f"{key}.shape={tuple(value.shape)}, but should start with {self.capacity}")
+            if not isinstance(value, torch.Tensor) or value.shape[:1] != (self.capacity,):
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(f"{key}.shape={shape}, but should start with {self.capacity}")
+            got[key] = (tuple(value.shape[1:]), value.dtype)
         if self.data is not None and got != self.layout():
             raise ValueError(f"field layout={got}, but should be {self.layout()}")
         data = None
@@ -146,4 +171,4 @@ class TensorStorage:
             data = TensorDict({}, batch_size=[self.capacity], device=self.device)
             for key, value in zip(keys, state["columns"], strict=True):
                 data.set(key, value.to(self.device).clone())
-        self.data, self.size = data, state["size"]
+        self.data, self.size = data, size

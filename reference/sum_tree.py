@@ -63,15 +63,31 @@ class _Tree:
     def state_dict(self) -> dict:
         return {"capacity": self.capacity, "nodes": self.nodes.clone()}
 
+    def valid_leaf(self, leaf: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def load_state_dict(self, state: dict) -> None:
+        """Replace the nodes; ValueError (nothing changed) unless they are a consistent tree."""
         nodes = state["nodes"]
         if state["capacity"] != self.capacity:
             raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
-        if nodes.dtype != torch.float64 or tuple(nodes.shape) != (2 * self.size,):
-            raise ValueError(
-                f"nodes={nodes.dtype}{list(nodes.shape)}, but should be torch.float64[{2 * self.size}]"
-            )
-        self.nodes = nodes.clone()
+        if not isinstance(nodes, torch.Tensor) or nodes.dtype != torch.float64 \
+                or tuple(nodes.shape) != (2 * self.size,):
+            got = f"{nodes.dtype}{list(nodes.shape)}" if isinstance(nodes, torch.Tensor) else type(nodes).__name__
+            raise ValueError(f"nodes={got}, but should be torch.float64[{2 * self.size}]")
+        nodes = nodes.to("cpu", copy=True)
+        leaves = nodes[self.size:]
+        if not (self.valid_leaf(leaves[: self.capacity]).all() and (leaves[self.capacity:] == self.empty).all()):
+            raise ValueError(f"{type(self).__name__} leaves hold invalid values, but should be "
+                             f"finite >= 0 (unused leaves {self.empty})")
+        rebuilt = torch.cat([torch.zeros(self.size, dtype=torch.float64), leaves])
+        for level in range(self.size.bit_length() - 2, -1, -1):  # rebuild each level from its children
+            parent = torch.arange(1 << level, 2 << level)
+            rebuilt[parent] = self.combine(rebuilt[2 * parent], rebuilt[2 * parent + 1])
+        if not torch.equal(rebuilt[1:], nodes[1:]):
+            raise ValueError(f"{type(self).__name__} inner nodes, but should be the "
+                             f"{type(self).__name__} of their children")
+        self.nodes = nodes
 
 
 class SumTree(_Tree):
@@ -81,6 +97,9 @@ class SumTree(_Tree):
 
     def combine(self, left, right):
         return left + right
+
+    def valid_leaf(self, leaf):
+        return torch.isfinite(leaf) & (leaf >= 0)
 
     def total(self) -> float:
         return float(self.nodes[1])
@@ -105,6 +124,9 @@ class MinTree(_Tree):
 
     def combine(self, left, right):
         return torch.minimum(left, right)
+
+    def valid_leaf(self, leaf):  # zero priorities are stored as +inf
+        return leaf > 0
 
     def min(self) -> float:
         return float(self.nodes[1])

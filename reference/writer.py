@@ -56,14 +56,24 @@ class RoundRobinWriter:
         generation = state["generation"]
         if capacity != self.capacity:
             raise ValueError(f"capacity={capacity}, but should be {self.capacity}")
-        if not isinstance(count, int) or count < 0:
-            raise ValueError(f"write_count={count!r}, but should be an int >= 0")
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**62:
+            raise ValueError(f"write_count={count!r}, but should be an int in [0, 2**62)")
         if state["cursor"] != count % capacity:
             raise ValueError(f"cursor={state['cursor']!r}, but should be write_count % capacity")
-        if generation.dtype != torch.long or tuple(generation.shape) != (capacity,):
-            raise ValueError(
-                f"generation={generation.dtype}{list(generation.shape)}, "
-                f"but should be torch.int64[{capacity}]"
-            )
+        if not isinstance(generation, torch.Tensor) or generation.dtype != torch.long \
+                or tuple(generation.shape) != (capacity,):
+            got = f"{generation.dtype}{list(generation.shape)}" if isinstance(generation, torch.Tensor) \
+                else type(generation).__name__
+            raise ValueError(f"generation={got}, but should be torch.int64[{capacity}]")
+        if not torch.equal(generation.cpu(), expected_generation(count, capacity)):
+            raise ValueError(f"generation={generation.tolist()[:5]}..., but should be the "
+                             f"round-robin generations after write_count={count}")
         self.write_count, self.cursor = count, count % capacity
         self.generation = generation.clone()
+
+
+def expected_generation(write_count: int, capacity: int) -> torch.Tensor:
+    """``generation`` of a ring that has written ``write_count`` rows (-1: never written)."""
+    slot = torch.arange(capacity)
+    last = slot + (write_count - 1 - slot).div(capacity, rounding_mode="floor") * capacity
+    return torch.where(slot < write_count, last, -1)

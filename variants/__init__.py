@@ -3,9 +3,12 @@
 ``ReplayBuffer`` keeps storage, writer generations and the prioritized trees
 on one device (CUDA when present, else the CPU) and writes/samples whole
 batches at once; ``PrioritizedSampler(..., backend="triton")`` runs the tree
-descent and update as Triton kernels. Every component subclasses the
-reference's, keeps its ``state_dict`` layout and its random stream, and is
-checked against it in ``tests/variants`` and by the conformance suite
+descent and update as Triton kernels. On the CPU the trees' descent and
+update and the sample's row gathers run in C (``variants.native``, compiled
+on first use with the system C compiler and cached per user; without one the
+torch path runs and ``variants.native.unavailable_reason()`` says why).
+Every component subclasses the reference's, keeps its ``state_dict`` layout
+and its random stream, and is checked against it in ``tests/variants`` and by the conformance suite
 (``pytest tests/conformance --impl device`` / ``--impl triton``).
 """
 

@@ -63,11 +63,7 @@ class ReplayBuffer(ReferenceReplayBuffer):
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
         self.storage.check(data)
-        n, priority = data.batch_size[0], None
-        if self.prioritized and self.priority_key in data.keys(include_nested=True):
-            value = data.get(self.priority_key)
-            value = value.reshape(n) if value.numel() == n else value
-            priority = self.sampler.check_priority(value, n)
+        n, priority = data.batch_size[0], self.priority_of(data)  # the reference's checks
         first = self.writer.cursor
         index = self.writer.next_indices(n)
         if hasattr(self.storage, "write"):
@@ -89,11 +85,14 @@ class ReplayBuffer(ReferenceReplayBuffer):
         generation = self.writer.generation
         index_there = index.to(generation.device)
         pool = getattr(self.storage, "pool", None)
-        out = pool.take("generation", index_there.shape, generation.dtype, generation.device) if pool \
-            else None
-        info["generation"] = torch.index_select(generation, 0, index_there, out=out)
-        gather = getattr(self.storage, "gather", self.storage.get)
-        rows = gather(index)
+        if pool is not None and isinstance(self.storage, DeviceStorage) \
+                and generation.device == self.storage.device:
+            out = pool.take("generation", index_there.shape, generation.dtype, generation.device)
+            rows = self.storage.gather(index, extra=((generation, out),))  # one pass for all
+            info["generation"] = out
+        else:
+            info["generation"] = torch.index_select(generation, 0, index_there)
+            rows = getattr(self.storage, "gather", self.storage.get)(index)
         if self.transform is not None:
             rows = self.transform(rows)
         if self.pin_memory:

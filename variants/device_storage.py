@@ -20,6 +20,8 @@ Contract (the reference's, plus)
   pool references its memory any more (no tensor, view or TensorDict of a
   previous sample is alive), otherwise it allocates a new one: the sample
   behaves like fresh memory and costs like reused memory in a training loop.
+  On the CPU the copies are one C call (``variants.native``: prefetched
+  row copies, ~2-3x faster than ``index_select`` here) when it loads.
 * ``version`` increases on every write or load; samplers that keep
   bookkeeping about the data use it to notice writes they did not see.
 * ``DeviceWriter(capacity, device)`` is a ``reference.RoundRobinWriter`` whose
@@ -37,6 +39,8 @@ from tensordict import TensorDict, TensorDictBase
 from reference.storage import TensorStorage, as_tensor, check_index, columns
 from reference.writer import RoundRobinWriter
 
+from . import native
+
 
 def check_index_fast(index, high: int, name: str = "index") -> torch.Tensor:
     """``reference.storage.check_index`` without its boolean-mask gather on the
@@ -46,9 +50,25 @@ def check_index_fast(index, high: int, name: str = "index") -> torch.Tensor:
     if not (index.is_floating_point() or index.is_complex() or index.dtype == torch.bool) \
             and index.dim() == 1:
         index = index.long()
-        if not len(index) or (int(index.min()) >= 0 and int(index.max()) < high):
+        if not len(index):
+            return index
+        if native.usable(index):  # one pass in C instead of two reductions
+            if native.index_in_range(index, high):
+                return index
+        elif int(index.min()) >= 0 and int(index.max()) < high:
             return index
     return check_index(index, high, name)
+
+
+def gather_columns(columns, index: torch.Tensor, outs) -> None:
+    """``outs[c] = columns[c][index]`` (rows): one C call with prefetching for
+    contiguous CPU tensors when ``variants.native`` loads, else one
+    ``index_select(..., out=)`` per column. Both check the index's bounds."""
+    if columns and index.dtype == torch.long and native.usable(index, *columns, *outs):
+        native.gather_rows(columns, index, outs)
+        return
+    for column, out in zip(columns, outs, strict=True):
+        torch.index_select(column, 0, index, out=out)
 
 
 def default_device() -> torch.device:
@@ -137,7 +157,11 @@ class DeviceStorage(TensorStorage):
         self.data = TensorDict({}, batch_size=[self.capacity], device=self.device)
         for key, value in columns(data).items():
             shape = (self.capacity, *value.shape[1:])
-            self.data.set(key, torch.zeros(shape, dtype=value.dtype, device=self.device))
+            if self.device.type == "cpu":  # huge pages: random row gathers miss the TLB less
+                column = native.empty_huge(shape, value.dtype).zero_()
+            else:
+                column = torch.zeros(shape, dtype=value.dtype, device=self.device)
+            self.data.set(key, column)
 
     def write(self, first: int, data: TensorDictBase) -> None:
         """Rows of ``data`` to slots ``first, first + 1, ...`` (mod capacity); checked."""
@@ -161,17 +185,23 @@ class DeviceStorage(TensorStorage):
     def get(self, index) -> TensorDictBase:
         return self.gather(check_index_fast(index, self.size).to(self.device))
 
-    def gather(self, index: torch.Tensor) -> TensorDictBase:
-        """The rows at ``index`` (unchecked: the caller guarantees ``0 <= index < size``)."""
+    def gather(self, index: torch.Tensor, extra=()) -> TensorDictBase:
+        """The rows at ``index`` (unchecked: the caller guarantees ``0 <= index < size``);
+        ``extra``: ``(column, out)`` pairs gathered at ``index`` in the same pass
+        (the buffer's writer generations)."""
         index = index.to(self.device)
         batch = torch.Size([len(index)])
         tree: dict = {}
+        outs = []
         for key, column in self._cols:
             node = tree
             for part in key[:-1]:
                 node = node.setdefault(part, {})
             out = self.pool.take(key, (len(index), *column.shape[1:]), column.dtype, column.device)
-            node[key[-1]] = torch.index_select(column, 0, index, out=out)
+            outs.append(out)
+            node[key[-1]] = out
+        gather_columns([column for _, column in self._cols] + [c for c, _ in extra], index,
+                       outs + [o for _, o in extra])
         return _to_tensordict(tree, batch, self.device)
 
     def load_state_dict(self, state: dict) -> None:

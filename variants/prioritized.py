@@ -14,7 +14,11 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
   so new rows and updates need no host round trip for it;
 * stale entries (generation != current) dropped by a mask, without
   compacting the batch (no device synchronisation on that path);
-* ``state_dict`` / ``load_state_dict`` the reference's keys and layout.
+* ``state_dict`` / ``load_state_dict`` the reference's keys and layout;
+* on the CPU, when ``variants.native`` loads, ``sample`` is one C call for
+  ``mass = u * total``, the descent and ``n * (leaf / total)``, torch's
+  ``pow`` (the reference's, so the same bits), and one C call for the
+  division and the float32 conversion; the trees' updates run in C too.
 
 Cost: ``on_write`` / ``update_priority`` O(k log k + k log capacity);
 ``sample`` O(B log capacity) plus one host read of (total, min).
@@ -30,9 +34,18 @@ from reference.prioritized_sampler import PrioritizedSampler as ReferencePriorit
 from reference.prioritized_sampler import check_generation, check_priority
 from reference.random_sampler import check_batch_size, check_not_empty
 
+from . import native
 from .device_storage import TensorPool
 from .device_storage import check_index_fast as check_index
-from .vector_tree import VectorMinTree, VectorSumTree, apply_updates, find_prefix, workspace
+from .vector_tree import (
+    VectorMinTree,
+    VectorSumTree,
+    find_prefix,
+    interpreting,
+    place,
+    update_pair,
+    workspace,
+)
 
 
 class PrioritizedSampler(ReferencePrioritizedSampler):
@@ -49,9 +62,11 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
 
     def to(self, device: str | torch.device) -> PrioritizedSampler:
         """Move trees and max priority to ``device`` (the buffer calls this)."""
-        self.device = self.sum_tree.device = self.min_tree.device = torch.device(device)
-        self.sum_tree.nodes = self.sum_tree.nodes.to(self.device)
-        self.min_tree.nodes = self.min_tree.nodes.to(self.device)
+        device = torch.device(device)
+        if device != self.sum_tree.nodes.device:
+            self.sum_tree.nodes = place(self.sum_tree.nodes, device)
+            self.min_tree.nodes = place(self.min_tree.nodes, device)
+        self.device = self.sum_tree.device = self.min_tree.device = device
         self._max_priority = self._max_priority.to(self.device)
         return self
 
@@ -64,7 +79,14 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         self._max_priority = torch.tensor(float(value), dtype=torch.float64, device=self.device)
 
     def check_priority(self, priority, n: int) -> torch.Tensor:
-        """The reference's check; raw priorities as float64[n] on the device."""
+        """The reference's check; raw priorities as float64[n] on the device (on the
+        CPU the happy path is one C pass; anything else gets the reference's check)."""
+        if isinstance(priority, torch.Tensor) and priority.is_floating_point() \
+                and priority.device.type == "cpu" and self.device.type == "cpu" \
+                and tuple(priority.shape) == (n,):
+            value = priority.detach().to(torch.float64).contiguous()
+            if native.usable(value) and native.all_finite_nonneg(value):
+                return value
         return check_priority(priority, n, self.device)
 
     def _store(self, index: torch.Tensor, raw: torch.Tensor, keep: torch.Tensor | None = None) -> None:
@@ -72,8 +94,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         if not len(index):
             return
         value = (raw + self.eps) ** self.alpha
-        apply_updates([self.sum_tree, self.min_tree], index.to(self.device),
-                      [value, torch.where(value > 0, value, math.inf)], keep)
+        update_pair(self.sum_tree, self.min_tree, index.to(self.device), value, keep)
         seen = raw if keep is None else torch.where(keep, raw, -math.inf)
         self._max_priority = torch.maximum(self._max_priority, seen.max())
 
@@ -96,25 +117,39 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         u = torch.as_tensor(u, dtype=torch.float64).to(self.device)
         return self.sum_tree.find_prefix(u * self.sum_tree.total())
 
+    def _native(self) -> bool:
+        """Whether ``sample`` runs the fused C draw (CPU trees, native path loaded)."""
+        return (self.device.type == "cpu" and not (self.backend == "triton" and interpreting())
+                and native.usable(self.sum_tree.nodes))
+
     def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
         check_batch_size(batch_size)
         check_not_empty(storage)
-        total, low = torch.stack([self.sum_tree.root(), self.min_tree.root()]).tolist()
+        fused = self._native()
+        if fused:  # plain reads: no stacking, no tensor round trip
+            total, low = self.sum_tree.nodes[1].item(), self.min_tree.nodes[1].item()
+        else:
+            total, low = torch.stack([self.sum_tree.root(), self.min_tree.root()]).tolist()
         if not total > 0:
             raise ValueError(f"total priority={total}, but should be > 0 to sample")
         work, dev = self.work, self.device
         u = workspace(work, "u", (batch_size,), torch.float64, "cpu")
         torch.rand(batch_size, generator=generator, dtype=torch.float64, out=u)  # the reference's draw
-        mass = u.to(dev) if dev.type != "cpu" else u
-        mass.mul_(total)  # == u * total
         index = self.pool.take("index", (batch_size,), torch.long, dev)
         leaf = workspace(work, "leaf", (batch_size,), torch.float64, dev)
-        find_prefix(self.sum_tree, mass, index=index, leaf=leaf, work=work)
+        out = self.pool.take("weight", (batch_size,), torch.float32, dev)
         n = len(storage)
         p_min = low / total
-        # the reference's (n * (leaf / total)) ** -beta / (n * p_min) ** -beta, op by op, in place
-        weight = leaf.div_(total).mul_(n).pow_(-self.beta).div_((n * p_min) ** -self.beta)
-        out = self.pool.take("weight", (batch_size,), torch.float32, dev)
+        divisor = (n * p_min) ** -self.beta
+        # the reference's (n * (leaf / total)) ** -beta / (n * p_min) ** -beta, op by op
+        if fused:  # C: mass = u * total, descent, n * (leaf / total); torch: the pow; C: / and float32
+            native.sample_prefix(self.sum_tree.nodes, self.sum_tree.size, u, total, n, index, leaf)
+            leaf.pow_(-self.beta)
+            return {"index": index, "weight": native.divide_to_float(leaf, divisor, out)}
+        mass = u.to(dev) if dev.type != "cpu" else u
+        mass.mul_(total)  # == u * total
+        find_prefix(self.sum_tree, mass, index=index, leaf=leaf, work=work)
+        weight = leaf.div_(total).mul_(n).pow_(-self.beta).div_(divisor)
         return {"index": index, "weight": out.copy_(weight)}
 
     def load_state_dict(self, state: dict) -> None:

@@ -1,16 +1,25 @@
 """Quick side-by-side speed check of the variants against the reference (not a test).
 
     python -m variants.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
+                                   [--threads 1,0]  # 0: torch's default
 
-Fills a reference buffer and each variant with the same rows (obs float32[8],
-action float32[2], reward float32[1]) and priorities, checks that they sample
-the same indices for the same seed, then times, interleaved round-robin so
-that machine noise hits all alike, the median of many repetitions of:
+Fills a reference buffer and the variants with the same rows (obs
+float32[8], action float32[2], reward float32[1]) and priorities, checks that
+they sample the same indices for the same seed, then times, interleaved
+round-robin so that machine noise hits all alike, the median of many
+repetitions of:
 
-* prioritized ``sample(batch)`` (indices, weights and gathered rows);
-* a plain ``index_select`` of the same rows from the same columns (the floor);
+* prioritized ``sample(batch)`` (indices, weights and gathered rows), for the
+  reference, the device variant (on the CPU: its native C path when
+  ``variants.native`` loads) and the device variant with the native path
+  suspended (its torch ops);
+* the floor: a plain ``index_select`` of the rows of a sample from the same
+  columns, into fresh tensors. "rows" cycles through the index sets of 64
+  earlier samples, so the rows are as cold in the caches as a new sample's;
+  "warm" repeats one index set (the rows stay cached: a lower floor);
 * ``update_priority`` of ``batch`` random slots.
 
+Ratios for every thread count (``--threads``) are printed together at the end.
 CUDA timings synchronise inside the timed region. Benchmarks proper live in
 ``bench/``; this is the quick check quoted in the variants' report.
 """
@@ -26,6 +35,7 @@ from tensordict import TensorDict
 
 import reference
 import variants
+from variants import native
 
 
 def build(kind: str, capacity: int, device: str):
@@ -47,11 +57,17 @@ def fill(buffer, capacity: int, device: str, chunk: int = 1 << 16) -> None:
         buffer.extend(td.to(device))
 
 
-def timer(fn, device: str):
+def timer(fn, device: str, torch_path: bool = False):
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     def run() -> float:
         sync()
+        if torch_path:
+            with native.suspended():
+                t = time.perf_counter()
+                fn()
+                sync()
+                return time.perf_counter() - t
         t = time.perf_counter()
         fn()
         sync()
@@ -60,18 +76,33 @@ def timer(fn, device: str):
     return run
 
 
+def measure(cases: dict, reps: int, slow: tuple) -> dict:
+    """Median seconds per case; cases named with a prefix in ``slow`` get reps // 10."""
+    for fn in cases.values():  # warm up (Triton compiles on first call)
+        fn()
+    times = {name: [] for name in cases}
+    for rep in range(reps):
+        for name, fn in cases.items():
+            if not name.startswith(slow) or rep < max(reps // 10, 5):
+                times[name].append(fn())
+    return {name: (statistics.median(t) * 1e6, len(t)) for name, t in times.items()}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=1 << 20)
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--device", default=str(variants.default_device()))
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
-                        help="torch CPU threads (on a busy 2-core machine 1 is far less noisy)")
+    parser.add_argument("--threads", default="1,0",
+                        help="comma-separated torch CPU thread counts, 0 = torch's default "
+                             "(on a busy 2-core machine 1 is far less noisy)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    default_threads = torch.get_num_threads()
     cap, batch, device = args.capacity, args.batch, args.device
-    kinds = ["reference", "device"] + (["triton"] if device.startswith("cuda") else [])
+    cpu = not device.startswith("cuda")
+    print(f"native path: {'on' if native.available() else 'OFF: ' + str(native.unavailable_reason())}")
+    kinds = ["reference", "device"] + (["triton"] if not cpu else [])
     buffers = {k: build(k, cap, "cpu" if k == "reference" else device) for k in kinds}
     for buffer in buffers.values():
         fill(buffer, cap, "cpu" if buffer is buffers["reference"] else device)
@@ -82,40 +113,45 @@ def main(argv=None) -> dict:
         print(f"{k}: fraction of indices equal to the reference's: {agree:.6f}")
     var = buffers["device"]
     columns = [var.storage.data[key] for key in ("obs", "action", "reward")]
-    index = var.sample(batch)[1]["index"]
+    index_sets = [var.sample(batch)[1]["index"].clone() for _ in range(64)]
+    turn = iter(range(1 << 62))
     g = torch.Generator().manual_seed(2)
     slots = torch.randint(0, cap, (batch,), generator=g)
     prio = torch.rand(batch, generator=g, dtype=torch.float64) * 10
-    out = [torch.empty((batch, *c.shape[1:]), dtype=c.dtype, device=c.device) for c in columns]
     cases = {
-        "index_select (fresh)": timer(lambda: [torch.index_select(c, 0, index) for c in columns], device),
-        "index_select (out=)": timer(lambda: [torch.index_select(c, 0, index, out=o)
-                                              for c, o in zip(columns, out, strict=True)], device),
+        "index_select rows": timer(lambda: [torch.index_select(c, 0, index_sets[next(turn) % 64])
+                                            for c in columns], device),
+        "index_select warm": timer(lambda: [torch.index_select(c, 0, index_sets[0]) for c in columns],
+                                   device),
     }
+    variants_timed = [(k, False) for k in kinds[1:]] + ([("device", True)] if cpu else [])
     for k, b in buffers.items():
-        dev = "cpu" if k == "reference" else device
-        cases[f"{k} sample"] = timer(lambda b=b: b.sample(batch), dev)
-        s, p = slots.to(dev), prio.to(dev)
-        cases[f"{k} update_priority"] = timer(lambda b=b, s=s, p=p: b.update_priority(s, p), dev)
-    times = {name: [] for name in cases}
-    for fn in cases.values():  # warm up (Triton compiles on first call)
-        fn()
-    reps = {name: args.reps if not name.startswith("reference") else max(args.reps // 10, 5)
-            for name in cases}
-    for rep in range(args.reps):
-        for name, fn in cases.items():
-            if rep < reps[name]:
-                times[name].append(fn())
-    median = {name: statistics.median(t) * 1e6 for name, t in times.items()}
-    print(f"capacity={cap} batch={batch} device={device} threads={torch.get_num_threads()}")
-    for name, us in median.items():
-        print(f"  {name:34s} {us:10.1f} us  (median of {len(times[name])})")
-    floor = median["index_select (fresh)"]
-    for k in kinds[1:]:
-        print(f"{k}: sample {median['reference sample'] / median[f'{k} sample']:.1f}x faster than the "
-              f"reference, {median[f'{k} sample'] / floor:.2f}x a plain index_select; update_priority "
-              f"{median['reference update_priority'] / median[f'{k} update_priority']:.1f}x faster")
-    return median
+        s, p = slots.to(b.storage.device), prio.to(b.storage.device)
+        for kk, torch_path in [(k, False)] if k == "reference" else [v for v in variants_timed if v[0] == k]:
+            name = f"{kk}-torch" if torch_path else kk
+            dev = "cpu" if k == "reference" else device
+            cases[f"{name} sample"] = timer(lambda b=b: b.sample(batch), dev, torch_path)
+            cases[f"{name} update_priority"] = timer(lambda b=b, s=s, p=p: b.update_priority(s, p),
+                                                     dev, torch_path)
+    names = ["device"] + (["device-torch"] if cpu else ["triton"])
+    results = {}
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads or default_threads)
+        median = measure(cases, args.reps, ("reference", "device-torch"))
+        results[torch.get_num_threads()] = median
+        print(f"capacity={cap} batch={batch} device={device} threads={torch.get_num_threads()}")
+        for name, (us, n) in median.items():
+            print(f"  {name:30s} {us:10.1f} us  (median of {n})")
+    print("ratios (sample: x faster than the reference | x the index_select of the same rows "
+          "(cold / warm); update_priority: x faster than the reference)")
+    for threads, median in results.items():
+        ref_s, ref_u = median["reference sample"][0], median["reference update_priority"][0]
+        rows, warm = median["index_select rows"][0], median["index_select warm"][0]
+        for name in names:
+            s, u = median[f"{name} sample"][0], median[f"{name} update_priority"][0]
+            print(f"  threads={threads} {name:13s} sample {ref_s / s:6.1f}x faster | "
+                  f"{s / rows:5.2f}x / {s / warm:5.2f}x index_select | update {ref_u / u:6.1f}x faster")
+    return results
 
 
 if __name__ == "__main__":

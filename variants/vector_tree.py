@@ -24,20 +24,28 @@ Contract (the reference's, ``reference/sum_tree.py``, plus batching)
 * ``update_pair(sum_tree, min_tree, index, value, mask)`` updates both trees in
   one pass (the prioritized sampler's hot path); backend ``"triton"`` runs it
   and ``find_prefix`` as Triton kernels (see ``triton_tree.py``).
+* On the CPU (either backend, unless Triton's interpreter is on) descent and
+  update run in C (``variants.native``: the same arithmetic, compiled without
+  fast-math or FMA contraction) when it builds and loads; otherwise the torch
+  ops below, with the reason in ``variants.native.unavailable_reason()``.
 
 Cost: ``update`` O(k log k + k log capacity) for k indices (a sort to find the
-last writes, then one gather/combine/scatter per level); never O(capacity).
-``find_prefix`` O(B log capacity). Memory: 2 * size float64 per tree.
+last writes, then one gather/combine/scatter per level; native: no sort, one
+pass per level); never O(capacity). ``find_prefix`` O(B log capacity).
+Memory: 2 * size float64 per tree.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
 
 from reference.storage import check_index
 from reference.sum_tree import MinTree, SumTree
+
+from . import native
 
 BACKENDS = ("torch", "triton")
 
@@ -72,7 +80,7 @@ class _VectorTree:
 
             triton_tree.check_available()
         self.depth = self.size.bit_length() - 1
-        self.nodes = self.nodes.to(self.device)
+        self.nodes = place(self.nodes, self.device)
 
     # -- reads ---------------------------------------------------------------
     def leaf(self, index) -> torch.Tensor:
@@ -94,7 +102,7 @@ class _VectorTree:
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.nodes = self.nodes.to(self.device)
+        self.nodes = place(self.nodes, self.device)
 
 
 class VectorSumTree(_VectorTree, SumTree):
@@ -109,6 +117,14 @@ class VectorMinTree(_VectorTree, MinTree):
     """Batched reference ``MinTree`` on a device."""
 
 
+def place(nodes: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``nodes`` on ``device``; on the CPU a fresh contiguous copy in memory backed by
+    huge pages where the OS allows (see ``native.empty_huge``)."""
+    if device.type != "cpu":
+        return nodes.to(device)
+    return native.empty_huge(nodes.shape, nodes.dtype).copy_(nodes)
+
+
 def find_prefix(tree: VectorSumTree, mass: torch.Tensor, index=None, leaf=None, work=None):
     """``(leaf index, leaf value)`` per mass, with the tree's backend; ``index``
     / ``leaf`` are optional output tensors (int64 / float64, like ``mass``);
@@ -117,7 +133,23 @@ def find_prefix(tree: VectorSumTree, mass: torch.Tensor, index=None, leaf=None, 
         from .triton_tree import find_prefix as triton_find_prefix
 
         return triton_find_prefix(tree.nodes, mass, tree.size, index=index, leaf=leaf)
+    if mass.dtype == torch.float64 and native.usable(tree.nodes, mass):
+        return find_prefix_native(tree.nodes, mass, tree.size, index=index, leaf=leaf)
     return find_prefix_torch(tree.nodes, mass, tree.size, index=index, leaf=leaf, work=work)
+
+
+def find_prefix_native(nodes: torch.Tensor, mass: torch.Tensor, size: int, index=None, leaf=None):
+    """``find_prefix_torch``'s result computed by ``variants.native`` (CPU, contiguous
+    float64 ``nodes`` / ``mass``; the library must be loaded)."""
+    n = mass.shape[0]
+    out_index = index if index is not None and index.is_contiguous() else torch.empty(n, dtype=torch.long)
+    out_leaf = leaf if leaf is not None and leaf.is_contiguous() else torch.empty(n, dtype=torch.float64)
+    native.find_prefix(nodes, mass, size, out_index, out_leaf)
+    if index is not None and out_index is not index:
+        out_index = index.copy_(out_index)
+    if leaf is not None and out_leaf is not leaf:
+        out_leaf = leaf.copy_(out_leaf)
+    return out_index, out_leaf
 
 
 def workspace(work: dict | None, name: str, shape, dtype, device) -> torch.Tensor:
@@ -163,7 +195,30 @@ def find_prefix_torch(nodes: torch.Tensor, mass: torch.Tensor, size: int, index=
     return node.sub_(size), leaf
 
 
-def apply_updates(trees, index: torch.Tensor, values, mask=None) -> None:
+def update_pair(sum_tree, min_tree, index: torch.Tensor, value: torch.Tensor, mask=None) -> None:
+    """``value`` at leaves ``index`` of ``sum_tree`` and ``value if value > 0 else
+    inf`` of ``min_tree`` (last write wins among ``mask``); parents refreshed."""
+    if _native_ok([sum_tree, min_tree], index, [value], mask):
+        native.update(sum_tree.nodes, False, min_tree.nodes, True, sum_tree.size, sum_tree.capacity,
+                      index.contiguous(), value.contiguous(), None,
+                      None if mask is None else mask.contiguous())
+        return
+    apply_updates([sum_tree, min_tree], index, [value, torch.where(value > 0, value, math.inf)], mask,
+                  try_native=False)
+
+
+def _native_ok(trees, index, values, mask) -> bool:
+    """Whether ``variants.native`` can run this update (CPU, dtypes, not Triton's turn)."""
+    first = trees[0]
+    if first.backend == "triton" and (index.is_cuda or interpreting()):
+        return False
+    return (index.dtype == torch.long and all(v.dtype == torch.float64 for v in values)
+            and (mask is None or mask.dtype == torch.bool)
+            and native.usable(*(t.nodes for t in trees), index, *values,
+                              *(() if mask is None else (mask,))))
+
+
+def apply_updates(trees, index: torch.Tensor, values, mask=None, try_native=True) -> None:
     """Set ``values[t]`` at leaves ``index`` of each tree ``t`` (last write wins
     among ``mask``), then refresh the touched parents. Trees share a capacity."""
     first = trees[0]
@@ -172,6 +227,20 @@ def apply_updates(trees, index: torch.Tensor, values, mask=None) -> None:
 
         update_trees(trees, index, values, mask)
         return
+    if try_native and len(trees) <= 2 and _native_ok(trees, index, values, mask):
+        second = trees[1] if len(trees) == 2 else None
+        native.update(first.nodes, isinstance(first, MinTree),
+                      None if second is None else second.nodes, isinstance(second, MinTree),
+                      first.size, first.capacity, index.contiguous(), values[0].contiguous(),
+                      None if second is None else values[1].contiguous(),
+                      None if mask is None else mask.contiguous())
+        return
+    apply_updates_torch(trees, index, values, mask)
+
+
+def apply_updates_torch(trees, index: torch.Tensor, values, mask=None) -> None:
+    """``apply_updates`` with torch ops only (the fallback and the native path's check)."""
+    first = trees[0]
     order, is_last = last_writes(index, mask)
     keep = order[is_last]  # positions of the winning entries, sorted by index
     node = index.index_select(0, keep) + first.size

@@ -1,0 +1,321 @@
+"""Bad input is refused and nothing is lost (exact).
+
+Each case of :data:`CATALOGUE` is one test id: a named invalid call on a
+buffer in a known state. The case *survives* when
+
+1. the call raises (any ``Exception``; our own implementations must raise
+   ``ValueError`` / ``TypeError`` / ``IndexError`` whose message names the
+   argument: ``<arg>...=<got>, but should be <allowed>``), and
+2. the observable state is exactly as before: length, cursor, write count,
+   contents (bit for bit), stored priorities of every slot and the max
+   priority, and the random stream -- the next sample equals the one of a
+   twin buffer that never saw the bad call (checked when two untouched twins
+   agree with each other, i.e. when the implementation samples
+   deterministically from its seed), write generations included.
+
+Constructor cases (``make(spec)`` with a bad spec) survive when ``make``
+raises; a batch size that does not divide into slices may instead be refused
+by the first ``sample()``.
+
+Priorities follow DeepMind Reverb: NaN, infinite and negative priorities are
+refused, zero is allowed (such a row is never sampled).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from harness.protocol import BufferSpec
+
+pytestmark = pytest.mark.requires("bad_input")
+
+#: Implementations held to the strict message rule (the argument is named).
+OURS = ("reference", "device", "triton")
+CAPACITY = 8
+WRITTEN = 5  # slots 5, 6, 7 are never written
+
+
+def rows(n: int, start: int = 0, *, episode_len: int = 2) -> TensorDict:
+    x = torch.arange(start, start + n)
+    return TensorDict(
+        {
+            "obs": torch.stack([x.float(), -x.float(), x.float() / 2], dim=1),
+            "action": x,
+            "episode": x // episode_len,
+            "next": {"obs": x.float() + 1},
+        },
+        batch_size=[n],
+    )
+
+
+def with_priority(n: int, priority: list[float]) -> TensorDict:
+    data = rows(n)
+    data.set("priority", torch.tensor(priority, dtype=torch.float32))
+    return data
+
+
+PRIORITIZED = BufferSpec(capacity=CAPACITY, sampler="prioritized", alpha=0.7, beta=0.5, eps=1e-3, seed=3)
+UNIFORM = BufferSpec(capacity=CAPACITY, sampler="random", seed=3)
+SLICES = BufferSpec(capacity=CAPACITY, sampler="slice", num_slices=2, seed=3)
+KEYED = PRIORITIZED.but(priority_key="priority")
+
+
+def fill(buf, spec: BufferSpec) -> None:
+    if spec.priority_key:
+        buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0, 3.0]))
+    else:
+        buf.extend(rows(WRITTEN))
+    if spec.sampler == "prioritized":
+        buf.update_priority(torch.tensor([0, 2]), torch.tensor([4.0, 0.25]))
+
+
+def meta(shape, dtype=torch.float32) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype, device="meta")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: ``call(buf)`` on a buffer built from ``spec`` (filled
+    unless ``empty``); ``arg`` is the argument the message must name."""
+
+    id: str
+    spec: BufferSpec
+    arg: str
+    call: Callable
+    needs: tuple[str, ...] = ()
+    empty: bool = False
+    probe: int = 4  # batch size of the next-sample comparison
+    setup: Callable | None = None  # run after filling, before the "before" snapshot
+
+
+def update(index, priority, **kw):
+    return lambda buf: buf.update_priority(torch.as_tensor(index), torch.as_tensor(priority), **kw)
+
+
+P = ("prioritized",)
+CATALOGUE = [
+    # --- priorities (Reverb: NaN, inf, negative refused; zero allowed) ------
+    Case("priority_nan", PRIORITIZED, "priority", update([0, 1], [1.0, math.nan]), P),
+    Case("priority_inf", PRIORITIZED, "priority", update([0, 1], [math.inf, 1.0]), P),
+    Case("priority_minus_inf", PRIORITIZED, "priority", update([1], [-math.inf]), P),
+    Case("priority_negative", PRIORITIZED, "priority", update([0, 1, 2], [1.0, -0.5, 2.0]), P),
+    Case("priority_complex_dtype", PRIORITIZED, "priority", update([0], torch.tensor([1 + 1j])), P),
+    Case("priority_longer_than_index", PRIORITIZED, "priority", update([0, 1], [1.0, 2.0, 3.0]), P),
+    Case("priority_shorter_than_index", PRIORITIZED, "priority", update([0, 1, 2], [1.0, 2.0]), P),
+    Case("priority_2d", PRIORITIZED, "priority", update([0, 1], [[1.0, 2.0], [3.0, 4.0]]), P),
+    Case("priority_on_meta_device", PRIORITIZED, "priority",
+         lambda buf: buf.update_priority(torch.tensor([0, 1]), meta(2)), P),
+    Case("priority_key_nan_on_extend", KEYED, "priority",
+         lambda buf: buf.extend(with_priority(2, [1.0, math.nan])), P + ("priority_key",)),
+    Case("priority_key_negative_on_extend", KEYED, "priority",
+         lambda buf: buf.extend(with_priority(2, [-1.0, 1.0])), P + ("priority_key",)),
+    # --- indices -------------------------------------------------------------
+    Case("index_at_capacity", PRIORITIZED, "index", update([0, CAPACITY], [1.0, 2.0]), P),
+    Case("index_negative", PRIORITIZED, "index", update([-1], [2.0]), P),
+    Case("index_never_written", PRIORITIZED, "index", update([1, WRITTEN + 1], [2.0, 2.0]), P),
+    Case("index_float_dtype", PRIORITIZED, "index", update(torch.tensor([0.0, 1.0]), [2.0, 2.0]), P),
+    Case("index_2d", PRIORITIZED, "index", update([[0, 1]], [[2.0, 2.0]]), P),
+    Case("index_on_meta_device", PRIORITIZED, "index",
+         lambda buf: buf.update_priority(meta(2, torch.long), torch.tensor([1.0, 2.0])), P),
+    Case("generation_wrong_shape", PRIORITIZED, "generation",
+         update([0, 1], [2.0, 2.0], generation=torch.tensor([0])), P + ("stale_updates",)),
+    Case("generation_float_dtype", PRIORITIZED, "generation",
+         update([0, 1], [2.0, 2.0], generation=torch.tensor([0.0, 1.0])), P + ("stale_updates",)),
+    Case("update_priority_on_uniform_buffer", UNIFORM, "sampler", update([0], [2.0])),
+    # --- batches that do not match the storage --------------------------------
+    Case("extend_missing_key", UNIFORM, "data", lambda buf: buf.extend(rows(2).exclude("action"))),
+    Case("extend_extra_key", UNIFORM, "data", lambda buf: buf.extend(rows(2).set("extra", torch.ones(2)))),
+    Case("extend_nested_key_renamed", UNIFORM, "data",
+         lambda buf: buf.extend(rows(2).rename_key_(("next", "obs"), ("next", "state")))),
+    Case("extend_wrong_dtype", UNIFORM, "data",
+         lambda buf: buf.extend(rows(2).set("action", torch.arange(2, dtype=torch.int32)))),
+    Case("extend_wrong_row_shape", UNIFORM, "data",
+         lambda buf: buf.extend(rows(2).set("obs", torch.zeros(2, 4)))),
+    Case("extend_2d_batch", UNIFORM, "data", lambda buf: buf.extend(rows(6).reshape(2, 3))),
+    Case("extend_on_meta_device", UNIFORM, "data", lambda buf: buf.extend(rows(2).to("meta"))),
+    Case("extend_plain_dict", UNIFORM, "data", lambda buf: buf.extend({"obs": torch.zeros(2, 3)})),
+    Case("add_with_batch_dim", UNIFORM, "row", lambda buf: buf.add(rows(2))),
+    Case("add_wrong_dtype", UNIFORM, "data",
+         lambda buf: buf.add(rows(1)[0].set("action", torch.tensor(1.5)))),
+    # --- sampling -------------------------------------------------------------
+    Case("sample_empty_buffer", UNIFORM, "len(buffer)", lambda buf: buf.sample(2), empty=True),
+    Case("sample_empty_prioritized_buffer", PRIORITIZED, "len(buffer)", lambda buf: buf.sample(2), P,
+         empty=True),
+    Case("sample_batch_size_zero", UNIFORM, "batch_size", lambda buf: buf.sample(0)),
+    Case("sample_batch_size_negative", UNIFORM, "batch_size", lambda buf: buf.sample(-3)),
+    Case("sample_batch_size_float", UNIFORM, "batch_size", lambda buf: buf.sample(2.5)),
+    Case("sample_all_priorities_zero", PRIORITIZED.but(eps=0.0), "total priority", lambda buf: buf.sample(2), P,
+         setup=update(torch.arange(WRITTEN), torch.zeros(WRITTEN))),
+    Case("slice_batch_not_divisible", SLICES, "batch_size", lambda buf: buf.sample(5), ("slice",)),
+    Case("slice_longer_than_every_episode", SLICES.but(num_slices=None, slice_len=3), "slice_len",
+         lambda buf: buf.sample(3), ("slice",), probe=2),
+]
+
+@dataclass(frozen=True)
+class SpecCase:
+    """A bad buffer description: ``make(spec)`` must raise (``deferred``: or
+    the first ``sample()`` with the default batch size)."""
+
+    id: str
+    spec: BufferSpec
+    arg: str
+    needs: tuple[str, ...] = ()
+    deferred: bool = False
+
+
+SPEC_CATALOGUE = [
+    SpecCase("capacity_zero", UNIFORM.but(capacity=0), "capacity"),
+    SpecCase("capacity_negative", UNIFORM.but(capacity=-4), "capacity"),
+    SpecCase("batch_size_zero", UNIFORM.but(batch_size=0), "batch_size"),
+    SpecCase("batch_size_negative", UNIFORM.but(batch_size=-2), "batch_size"),
+    SpecCase("alpha_negative", PRIORITIZED.but(alpha=-0.5), "alpha", P),
+    SpecCase("alpha_nan", PRIORITIZED.but(alpha=math.nan), "alpha", P),
+    SpecCase("alpha_inf", PRIORITIZED.but(alpha=math.inf), "alpha", P),
+    SpecCase("beta_negative", PRIORITIZED.but(beta=-0.1), "beta", P),
+    SpecCase("beta_nan", PRIORITIZED.but(beta=math.nan), "beta", P),
+    SpecCase("eps_negative", PRIORITIZED.but(eps=-1e-3), "eps", P),
+    SpecCase("eps_nan", PRIORITIZED.but(eps=math.nan), "eps", P),
+    SpecCase("num_slices_zero", SLICES.but(num_slices=0), "num_slices", ("slice",)),
+    SpecCase("num_slices_negative", SLICES.but(num_slices=-2), "num_slices", ("slice",)),
+    SpecCase("slice_len_zero", SLICES.but(num_slices=None, slice_len=0), "slice_len", ("slice",)),
+    SpecCase("slice_len_negative", SLICES.but(num_slices=None, slice_len=-3), "slice_len", ("slice",)),
+    SpecCase("batch_size_not_divisible_by_num_slices", SLICES.but(batch_size=5), "batch_size",
+             ("slice",), deferred=True),
+    SpecCase("batch_size_not_divisible_by_slice_len", SLICES.but(num_slices=None, slice_len=2, batch_size=5),
+             "batch_size", ("slice",), deferred=True),
+]
+
+
+def check_refusal(impl, error: BaseException | None, arg: str, trace: Trace) -> None:
+    """The call must have raised; ours must name ``arg`` in the agreed form."""
+    if error is None:
+        fail("the bad call", "<returned normally>", "an exception", trace)
+    if impl.name not in OURS:
+        return
+    if not isinstance(error, (ValueError, TypeError, IndexError)):
+        fail("type(error)", type(error).__name__, "ValueError, TypeError or IndexError", trace, str(error))
+    pattern = re.escape(arg) + r"[^=]{0,40}=.*, but should be "
+    if not re.search(pattern, str(error), flags=re.S):
+        fail("error message", repr(str(error)), f"'{arg}...=<got>, but should be <allowed>'", trace)
+
+
+def snapshot(buf, spec: BufferSpec) -> dict:
+    state = {"len": len(buf), "cursor": buf.cursor, "write_count": buf.write_count}
+    if len(buf):
+        state["contents"] = buf.contents()
+    if spec.sampler == "prioritized":
+        state["stored_priority"] = buf.stored_priority(torch.arange(spec.capacity))
+        state["max_priority"] = buf.max_priority
+    return state
+
+
+def assert_unchanged(got: dict, want: dict, trace: Trace) -> None:
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert_tensor_equal(f"after the bad call: {key}", got[key], value, trace)
+        elif key == "contents":
+            assert_td_equal("after the bad call: contents()", got[key], value, trace)
+        else:
+            assert_same(f"after the bad call: {key}", got[key], value, trace)
+    if set(got) != set(want):
+        fail("after the bad call: observed", sorted(got), sorted(want), trace)
+
+
+def next_sample(buf, k: int):
+    try:
+        rows_, info = buf.sample(k)
+    except Exception as error:  # noqa: BLE001 - compared by type below
+        return type(error).__name__
+    return rows_, {key: value for key, value in info.items() if isinstance(value, torch.Tensor)}
+
+
+def assert_same_next_sample(buf, twins, k: int, trace: Trace) -> None:
+    """``buf``'s random stream is untouched: its next sample equals a twin's,
+    provided two twins agree (the implementation is seed-deterministic)."""
+    a, b = (next_sample(t, k) for t in twins)
+    if isinstance(a, str) or isinstance(b, str):
+        if a != b:
+            return
+        got = next_sample(buf, k)
+        assert_same(f"after the bad call: sample({k}) raises", got, a, trace)
+        return
+    try:
+        assert_td_equal("twin", b[0], a[0])
+        for key in a[1]:
+            assert_tensor_equal(f"twin info[{key!r}]", b[1][key], a[1][key])
+    except AssertionError:
+        return  # the implementation does not sample deterministically from its seed
+    got = next_sample(buf, k)
+    if isinstance(got, str):
+        fail(f"after the bad call: sample({k})", f"<raised {got}>", "the twin's sample", trace)
+    trace.op(f"buf.sample({k})  # vs. a twin that never saw the bad call")
+    assert_td_equal(f"after the bad call: sample({k}) rows", got[0], a[0], trace)
+    for key, value in a[1].items():
+        assert_tensor_equal(f"after the bad call: sample({k}) info[{key!r}]", got[1].get(key), value, trace)
+
+
+@pytest.mark.parametrize("case", CATALOGUE, ids=[c.id for c in CATALOGUE])
+def test_bad_input_is_refused_and_nothing_changes(impl, make_buffer, case):
+    """exact: a bad call raises, and length, cursor, write count, contents,
+    stored priorities, max priority, generations and the random stream are
+    exactly as before."""
+    for cap in case.needs:
+        if not impl.has(cap):
+            pytest.skip(f"unavailable: {cap}: {impl.unavailable[cap]}" if cap in impl.unavailable
+                        else f"not declared: {cap}")
+    trace = Trace(impl, case.spec)
+    bufs = [make_buffer(case.spec) for _ in range(3)]
+    for buf in bufs:
+        if not case.empty:
+            fill(buf, case.spec)
+        if case.setup is not None:
+            case.setup(buf)
+    trace.op(f"# filled, then the bad call {case.id!r}")
+    buf, twins = bufs[0], bufs[1:]
+    before = snapshot(buf, case.spec)
+    error = None
+    try:
+        case.call(buf)
+    except Exception as err:  # noqa: BLE001 - any refusal counts; ours are checked below
+        error = err
+    check_refusal(impl, error, case.arg, trace)
+    assert_unchanged(snapshot(buf, case.spec), before, trace)
+    assert_same_next_sample(buf, twins, case.probe, trace)
+
+
+@pytest.mark.parametrize("case", SPEC_CATALOGUE, ids=[c.id for c in SPEC_CATALOGUE])
+def test_bad_buffer_description_is_refused(impl, case):
+    """exact: a buffer with an invalid capacity, batch size, alpha / beta / eps
+    or slice shape cannot be built (or, for a batch size that does not divide,
+    cannot sample)."""
+    for cap in (*case.needs, case.spec.sampler):
+        if not impl.has(cap):
+            pytest.skip(f"unavailable: {cap}: {impl.unavailable[cap]}" if cap in impl.unavailable
+                        else f"not declared: {cap}")
+    trace = Trace(impl, case.spec)
+    trace.op("make(spec)")
+    try:
+        buf = impl.make(case.spec)
+    except Exception as err:  # noqa: BLE001
+        check_refusal(impl, err, case.arg, trace)
+        return
+    if not case.deferred:
+        fail(f"make({case.id})", "<built a buffer>", "an exception naming " + case.arg, trace)
+    fill(buf, case.spec)
+    before = snapshot(buf, case.spec)
+    trace.op("buf.sample()")
+    error = None
+    try:
+        buf.sample()
+    except Exception as err:  # noqa: BLE001
+        error = err
+    check_refusal(impl, error, case.arg, trace)
+    assert_unchanged(snapshot(buf, case.spec), before, trace)

@@ -1,0 +1,330 @@
+"""The native (C) CPU path of the variants' trees against the torch path and the reference.
+
+Kinds (see DESIGN.md):
+* exact: trees after the same updates (duplicates, masks, zero values,
+  contiguous and random slots) are bit-identical across native, torch path and
+  reference; gathered rows equal ``index_select``'s;
+* exact given shared randomness: the same masses (random, 0, tiny, the total,
+  prefix-sum boundaries and their float neighbours) descend to the same
+  leaves; the same seed samples the same indices and bit-equal weights;
+* fallback: with no compiler / a failing compiler / ``RBCHECK_NATIVE=0`` the
+  reason is reported (``unavailable_reason()`` and a RuntimeWarning) and the
+  results are the same.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+import reference
+import variants
+from variants import native
+from variants.device_storage import check_index_fast, gather_columns
+from variants.vector_tree import (
+    apply_updates_torch,
+    find_prefix_native,
+    find_prefix_torch,
+    update_pair,
+)
+
+CAPACITIES = [1, 2, 3, 5, 17, 64, 1000, 1025]
+
+needs_native = pytest.mark.skipif(not native.available(),
+                                  reason=f"native path unavailable: {native.unavailable_reason()}")
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int64) if t.dtype == torch.float64 else t
+
+
+def assert_bits(got, want, what):
+    assert torch.equal(bits(got), bits(want)), f"{what}={got}, but should be {want} (bit for bit)"
+
+
+def random_leaves(capacity: int, g: torch.Generator) -> torch.Tensor:
+    value = torch.rand(capacity, generator=g, dtype=torch.float64) ** 3 * 10
+    value[torch.rand(capacity, generator=g) < 0.3] = 0.0  # zero leaves: never sampled
+    value[torch.rand(capacity, generator=g) < 0.05] = 1e-300  # tiny ones
+    if capacity > 1:
+        value[-1] = 0.0  # a zero at the right edge
+    return value
+
+
+def edge_masses(ref_tree: reference.SumTree, g: torch.Generator, n: int = 256) -> torch.Tensor:
+    total = ref_tree.total()
+    leaves = ref_tree.nodes[ref_tree.size:ref_tree.size + ref_tree.capacity]
+    prefix = torch.cumsum(leaves, 0)
+    pick = prefix[torch.randint(0, len(prefix), (n // 4,), generator=g)]
+    inner = ref_tree.nodes[1:ref_tree.size]  # node sums: the boundaries the descent compares with
+    inner = inner[torch.randint(0, len(inner), (n // 4,), generator=g)] if len(inner) else inner
+    edges = torch.cat([pick, inner])
+    return torch.cat([
+        torch.rand(n, generator=g, dtype=torch.float64) * total,
+        torch.tensor([0.0, 5e-324, 1e-300, total, math.nextafter(total, 0.0)], dtype=torch.float64),
+        edges, torch.nextafter(edges, torch.zeros_like(edges)), torch.nextafter(edges, edges + 1),
+    ])
+
+
+# ----------------------------------------------------------------------------
+# descent
+# ----------------------------------------------------------------------------
+
+
+@needs_native
+@pytest.mark.parametrize("capacity", CAPACITIES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_descent_native_equals_torch_path_and_reference(capacity, seed):
+    g = torch.Generator().manual_seed(seed)
+    ref = reference.SumTree(capacity)
+    ref.update(torch.arange(capacity), random_leaves(capacity, g))
+    if ref.total() == 0:
+        ref.update(torch.tensor([0]), torch.tensor([1.0], dtype=torch.float64))
+    tree = variants.VectorSumTree(capacity)
+    tree.load_state_dict(ref.state_dict())
+    mass = edge_masses(ref, g)
+    want = ref.find_prefix(mass)
+    got_index, got_leaf = find_prefix_native(tree.nodes, mass, tree.size)
+    torch_index, torch_leaf = find_prefix_torch(tree.nodes, mass, tree.size)
+    assert_bits(got_index, want, f"native find_prefix [capacity={capacity}]")
+    assert_bits(torch_index, want, f"torch find_prefix [capacity={capacity}]")
+    assert_bits(got_leaf, ref.nodes[ref.size + want], "native leaf values")
+    assert_bits(tree.find_prefix(mass), want, "VectorSumTree.find_prefix (dispatch)")
+    total = ref.total()
+    inside = mass < total
+    assert bool((ref.leaf(want[inside]) > 0).all()), "a zero leaf was reached"
+
+
+@needs_native
+def test_descent_ignores_non_contiguous_outputs_and_inputs():
+    g = torch.Generator().manual_seed(3)
+    ref = reference.SumTree(100)
+    ref.update(torch.arange(100), random_leaves(100, g) + 0.5)
+    tree = variants.VectorSumTree(100)
+    tree.load_state_dict(ref.state_dict())
+    mass = (torch.rand(64, generator=g, dtype=torch.float64) * ref.total()).repeat_interleave(2)[::2]
+    index = torch.empty(64, 2, dtype=torch.long)[:, 0]
+    leaf = torch.empty(64, 2, dtype=torch.float64)[:, 1]
+    from variants.vector_tree import find_prefix
+    got, _ = find_prefix(tree, mass, index=index, leaf=leaf)
+    assert_bits(index, ref.find_prefix(mass), "find_prefix into a strided output")
+    assert got is index
+
+
+@needs_native
+def test_threaded_draw_equals_single_threaded_and_reference():
+    g = torch.Generator().manual_seed(4)
+    ref = reference.SumTree(3000)
+    ref.update(torch.arange(3000), random_leaves(3000, g) + 1e-3)
+    tree = variants.VectorSumTree(3000)
+    tree.load_state_dict(ref.state_dict())
+    u = torch.rand(40000, generator=g, dtype=torch.float64)  # > 2 chunks of 16384: threads start
+    total = ref.total()
+    out = {}
+    for threads in (1, 3):
+        index, base = torch.empty(40000, dtype=torch.long), torch.empty(40000, dtype=torch.float64)
+        native.sample_prefix(tree.nodes, tree.size, u, total, 2999, index, base, threads=threads)
+        out[threads] = index, base
+    want = ref.find_prefix(u * total)
+    assert_bits(out[1][0], want, "single-threaded draw")
+    assert_bits(out[3][0], want, "threaded draw")
+    assert_bits(out[3][1], out[1][1], "threaded n * p")
+    assert_bits(out[1][1], 2999 * (ref.leaf(want) / total), "n * p")
+
+
+# ----------------------------------------------------------------------------
+# update
+# ----------------------------------------------------------------------------
+
+
+def update_program(capacity: int, g: torch.Generator):
+    """Batches of (index, raw value, mask or None): duplicates, contiguous runs, zeros."""
+    out = []
+    for k in range(6):
+        n = int(torch.randint(1, 3 * capacity + 2, (1,), generator=g))
+        if k % 3 == 0:  # a contiguous (wrapping) run, like a writer's
+            start = int(torch.randint(0, capacity, (1,), generator=g))
+            index = (start + torch.arange(n)) % capacity
+        else:  # random, with many duplicates
+            index = torch.randint(0, capacity, (n,), generator=g)
+        value = torch.rand(n, generator=g, dtype=torch.float64) * 5
+        value[torch.rand(n, generator=g) < 0.2] = 0.0
+        mask = None if k % 2 == 0 else torch.rand(n, generator=g) < 0.6
+        out.append((index, value, mask))
+    return out
+
+
+@needs_native
+@pytest.mark.parametrize("capacity", CAPACITIES)
+def test_update_native_equals_torch_path_and_reference(capacity):
+    g = torch.Generator().manual_seed(capacity)
+    ref_sum, ref_min = reference.SumTree(capacity), reference.MinTree(capacity)
+    nat_sum, nat_min = variants.VectorSumTree(capacity), variants.VectorMinTree(capacity)
+    tor_sum, tor_min = variants.VectorSumTree(capacity), variants.VectorMinTree(capacity)
+    one_sum = variants.VectorSumTree(capacity)  # single-tree updates (VectorSumTree.update)
+    for index, value, mask in update_program(capacity, g):
+        kept_index = index if mask is None else index[mask]
+        kept_value = value if mask is None else value[mask]
+        if len(kept_index):
+            ref_sum.update(kept_index, kept_value)
+            ref_min.update(kept_index, torch.where(kept_value > 0, kept_value, math.inf))
+            one_sum.update(kept_index, kept_value)
+        update_pair(nat_sum, nat_min, index, value, mask)
+        apply_updates_torch([tor_sum, tor_min], index,
+                            [value, torch.where(value > 0, value, math.inf)], mask)
+        for name, got, want in [("native sum", nat_sum, ref_sum), ("native min", nat_min, ref_min),
+                                ("torch sum", tor_sum, ref_sum), ("torch min", tor_min, ref_min),
+                                ("native single sum", one_sum, ref_sum)]:
+            assert_bits(got.nodes, want.nodes, f"{name} nodes [capacity={capacity}]")
+
+
+@needs_native
+def test_update_rejects_an_out_of_range_index_before_writing():
+    tree = variants.VectorSumTree(10)
+    before = tree.nodes.clone()
+    with pytest.raises(ValueError, match=r"index=10, but should be in \[0, 10\)"):
+        native.update(tree.nodes, False, None, False, tree.size, tree.capacity,
+                      torch.tensor([1, 10]), torch.ones(2, dtype=torch.float64), None, None)
+    assert_bits(tree.nodes, before, "nodes after a rejected update")
+
+
+# ----------------------------------------------------------------------------
+# sampler, storage, checks
+# ----------------------------------------------------------------------------
+
+
+def filled_pair(capacity: int, n: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    ref = reference.ReplayBuffer(capacity, sampler=reference.PrioritizedSampler(capacity, 0.7, 0.5),
+                                 generator=seed)
+    var = variants.ReplayBuffer(capacity, sampler=variants.PrioritizedSampler(capacity, 0.7, 0.5),
+                                generator=seed, device="cpu")
+    prio = torch.rand(n, generator=g, dtype=torch.float64) * 3
+    prio[::7] = 0.0
+    td = TensorDict({"obs": torch.randn(n, 3, generator=g), "flag": torch.rand(n, generator=g) < 0.5,
+                     "priority": prio}, batch_size=[n])
+    ref.extend(td)
+    var.extend(td)
+    return ref, var, g
+
+
+@pytest.mark.parametrize("capacity", [1, 37, 300])
+def test_sampler_native_and_torch_path_equal_reference(capacity):
+    ref, var, g = filled_pair(capacity, capacity + capacity // 3, seed=capacity)
+    for step in range(4):
+        batch = 1 + step * 50
+        want_rows, want = ref.sample(batch)
+        if step % 2:
+            with native.suspended():
+                got_rows, got = var.sample(batch)
+        else:
+            got_rows, got = var.sample(batch)
+        assert_bits(got["index"], want["index"], f"index [step {step}]")
+        assert torch.equal(got["weight"].view(torch.int32), want["weight"].view(torch.int32)), \
+            f"weight={got['weight']}, but should be {want['weight']} (bit for bit) [step {step}]"
+        assert_bits(got["generation"], want["generation"], "generation")
+        for key in ("obs", "flag", "priority"):
+            assert torch.equal(got_rows[key], want_rows[key]), f"rows[{key!r}] differ [step {step}]"
+        slots = torch.randint(0, len(ref), (batch,), generator=g)
+        prio = torch.rand(batch, generator=g, dtype=torch.float64)
+        ref.update_priority(slots, prio)
+        var.update_priority(slots, prio)
+        assert_bits(var.sampler.sum_tree.nodes, ref.sampler.sum_tree.nodes, "sum tree")
+        assert_bits(var.sampler.min_tree.nodes, ref.sampler.min_tree.nodes, "min tree")
+
+
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (8,)), (torch.uint8, (3,)), (torch.bool, ()),
+                                         (torch.float16, (1,)), (torch.float64, (2, 2)),
+                                         (torch.int32, (5,))])
+def test_gather_columns_equals_index_select(dtype, shape):
+    g = torch.Generator().manual_seed(0)
+    column = (torch.rand((300, *shape), generator=g) * 100).to(dtype)
+    index = torch.randint(0, 300, (200,), generator=g)
+    out = torch.empty((200, *shape), dtype=dtype)
+    gather_columns([column], index, [out])
+    assert torch.equal(out, torch.index_select(column, 0, index))
+    with pytest.raises((ValueError, IndexError)):
+        gather_columns([column], torch.tensor([0, 300]), [torch.empty((2, *shape), dtype=dtype)])
+
+
+@pytest.mark.parametrize("priority", [[1.0, float("nan")], [1.0, float("inf")], [-1.0, 2.0]])
+def test_priority_and_index_checks_keep_the_reference_messages(priority):
+    sampler = variants.PrioritizedSampler(4, 0.6, 0.4)
+    with pytest.raises(ValueError, match=r"priority=.*, but should be finite and >= 0"):
+        sampler.check_priority(torch.tensor(priority), 2)
+    ok = sampler.check_priority(torch.tensor([0.0, 2.5], dtype=torch.float32), 2)
+    assert ok.dtype == torch.float64 and ok.tolist() == [0.0, 2.5]
+    with pytest.raises(ValueError, match=r"index=\[4\], but should be in \[0, 4\)"):
+        check_index_fast(torch.tensor([0, 4]), 4)
+    with pytest.raises(ValueError, match=r"index=\[-1\], but should be in \[0, 4\)"):
+        check_index_fast(torch.tensor([-1, 3]), 4)
+
+
+# ----------------------------------------------------------------------------
+# build, cache and fallback
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_native(monkeypatch, tmp_path):
+    """The native module with an empty cache in ``tmp_path``; state restored after."""
+    monkeypatch.setenv("RBCHECK_NATIVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("RBCHECK_NATIVE", raising=False)
+    monkeypatch.delenv("CC", raising=False)
+    native.reset()
+    yield monkeypatch
+    monkeypatch.undo()
+    native.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        native.lib()  # reload the real one (from its cache) for the tests that follow
+
+
+def run_small_program():
+    """(indices, weights, sum nodes) of a small prioritized variant buffer."""
+    ref, var, g = filled_pair(50, 70, seed=5)
+    want_rows, want = ref.sample(64)
+    got_rows, got = var.sample(64)
+    assert_bits(got["index"], want["index"], "index")
+    assert torch.equal(got["weight"], want["weight"])
+    slots = torch.randint(0, 50, (40,), generator=g)
+    prio = torch.rand(40, generator=g, dtype=torch.float64)
+    ref.update_priority(slots, prio)
+    var.update_priority(slots, prio)
+    assert_bits(var.sampler.sum_tree.nodes, ref.sampler.sum_tree.nodes, "sum tree")
+    assert_bits(var.sampler.min_tree.nodes, ref.sampler.min_tree.nodes, "min tree")
+
+
+@pytest.mark.parametrize("how,reason", [
+    ("missing", "no C compiler found"),
+    ("failing", "failed (exit"),
+    ("disabled", "RBCHECK_NATIVE=0"),
+])
+def test_fallback_is_reported_and_gives_the_same_results(fresh_native, how, reason):
+    if how == "missing":
+        fresh_native.setenv("CC", "rbcheck-no-such-compiler")
+    elif how == "failing":
+        fresh_native.setenv("CC", "false")
+    else:
+        fresh_native.setenv("RBCHECK_NATIVE", "0")
+    with pytest.warns(RuntimeWarning, match="native tree path unavailable"):
+        assert native.lib() is None
+    assert reason in native.unavailable_reason()
+    assert not native.available()
+    run_small_program()
+
+
+@needs_native
+def test_builds_into_an_empty_cache_and_reuses_it(fresh_native, tmp_path):
+    assert native.lib() is not None and native.unavailable_reason() is None
+    built = list((tmp_path / "cache").glob("rbcheck_tree_*.so"))
+    assert len(built) == 1, f"cache={built}, but should hold one library"
+    stamp = built[0].stat().st_mtime_ns
+    native.reset()
+    assert native.lib() is not None
+    assert built[0].stat().st_mtime_ns == stamp, "the cached library was rebuilt"
+    run_small_program()

@@ -35,3 +35,54 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     install(session, "lint")
     session.run("ruff", "check", ".")
+
+
+@nox.session
+def validate(session: nox.Session) -> None:
+    """The conformance report: the suite against every built-in
+    implementation (TorchRL included), written to reports/conformance.md and
+    .json. Fails only when the reference or a variant fails."""
+    install(session, "test", "torchrl")
+    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.run("python", "-m", "harness.report", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """pytest-benchmark micro-benchmarks of every implementation side by side
+    (default grid; `nox -s bench -- --bench-grid full` for every size): JSON in
+    reports/bench.json, ratio tables in reports/bench_ratios.{txt,md}, the
+    throughput plot in reports/bench_throughput.png. Quote ratios, not times."""
+    install(session, "test", "bench", "torchrl")
+    # one intra-op thread: stable numbers on shared machines (docs/benchmarks.md)
+    session.env.setdefault("RBCHECK_BENCH_THREADS", "1")
+    session.run(
+        "pytest", "bench/micro", "-q", "-p", "no:cacheprovider",
+        "--benchmark-json=reports/bench.json", "--benchmark-min-rounds=5",
+        "--benchmark-max-time=0.5", "--benchmark-columns=min,median,iqr,rounds",
+        *session.posargs,
+    )
+    session.run("python", "-m", "bench.ratios", "reports/bench.json", "-o", "reports/bench_ratios.txt")
+    session.run("python", "-m", "bench.ratios", "reports/bench.json", "--format", "markdown",
+                "-o", "reports/bench_ratios.md", silent=True)
+    session.run("python", "-m", "bench.plot", "reports/bench.json", "-o", "reports/bench_throughput.png")
+
+
+@nox.session
+def asv(session: nox.Session) -> None:
+    """Record HEAD's asv results on this machine (quick mode, in this session's
+    environment: no per-commit environments are built) and publish the HTML
+    to .asv/html. Machine name: env RBCHECK_ASV_MACHINE (default rbcheck-dev)."""
+    import os
+
+    install(session, "test", "bench", "torchrl")
+    machine = os.environ.get("RBCHECK_ASV_MACHINE", "rbcheck-dev")
+    commit = session.run("git", "rev-parse", "HEAD", silent=True, external=True).strip()
+    session.run("asv", "machine", "--machine", machine, "--yes")
+    # With a custom name, asv 0.6 stores only the name; record os/arch/cpu/ram too.
+    session.run("python", "-c", "import sys; from asv.machine import Machine, MachineCollection; "
+                "d = Machine.get_defaults(); d['machine'] = sys.argv[1]; MachineCollection.save(sys.argv[1], d)",
+                machine)
+    session.run("asv", "run", "--python=same", "--quick", "--show-stderr", "--machine", machine,
+                "--set-commit-hash", commit, *session.posargs)
+    session.run("asv", "publish")

@@ -7,6 +7,10 @@ Options (each with an environment variable):
   (``harness.adapters.builtin_names()``) or ``pkg.module:factory``.
 * ``--rbcheck-profile {ci,dev,thorough}`` (``RBCHECK_PROFILE``, default
   ``dev``): the Hypothesis settings profile.
+* ``--rbcheck-device DEVICE`` (``RBCHECK_DEVICE``, default ``cpu``): where
+  the buffers under test live; every ``BufferSpec`` the properties build
+  with the default ``device="cpu"`` is moved there (``cuda`` needs the
+  ``cuda`` capability and is skipped as unavailable without a GPU).
 * ``--rbcheck-results PATH``: write every test outcome as JSON (read by
   ``python -m harness.report``).
 * ``--rbcheck-known-failures PATH``: a known-failures file to use instead of
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from harness.adapters import AdapterLoadError, load_adapter
 from harness.protocol import CAPABILITIES, Adapter, BufferSpec
@@ -130,6 +135,7 @@ class State:
     results_path: Path | None
     known_failures_path: Path | None
     known_failures: list[KnownFailure] = field(default_factory=list)
+    device: str = "cpu"
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -161,6 +167,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=f"Hypothesis profile, one of {', '.join(PROFILES)} "
         f"(env RBCHECK_PROFILE, default {DEFAULT_PROFILE!r})",
+    )
+    group.addoption(
+        "--rbcheck-device",
+        dest="rbcheck_device",
+        default=None,
+        help="device of the buffers under test, e.g. cpu or cuda (env RBCHECK_DEVICE, default 'cpu')",
     )
     group.addoption(
         "--rbcheck-results",
@@ -206,6 +218,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("hypothesis_profile", default=None):
         settings.load_profile(profile)
 
+    device = config.getoption("rbcheck_device") or os.environ.get("RBCHECK_DEVICE") or "cpu"
+    try:
+        torch_device = torch.device(device)
+    except RuntimeError as err:
+        raise pytest.UsageError(
+            f"rbcheck device={device!r}, but should be a torch device such as 'cpu' or 'cuda' ({err})"
+        ) from err
+    if torch_device.type not in ("cpu", "cuda"):
+        raise pytest.UsageError(f"rbcheck device={device!r}, but should be 'cpu' or 'cuda[:N]'")
+
+    if device != "cpu":
+        adapter = on_device(adapter, device)
+
     results = config.getoption("rbcheck_results")
     override = config.getoption("rbcheck_known_failures")
     kf_path = Path(override) if override else adapter.known_failures
@@ -215,6 +240,7 @@ def pytest_configure(config: pytest.Config) -> None:
         profile=profile,
         results_path=Path(results) if results else None,
         known_failures_path=Path(kf_path) if kf_path else None,
+        device=device,
     )
     if state.known_failures_path is not None:
         if not state.known_failures_path.exists():
@@ -225,6 +251,23 @@ def pytest_configure(config: pytest.Config) -> None:
         state.known_failures = parse_known_failures(state.known_failures_path)
     config.stash[_STATE_KEY] = state
     _current = state
+
+
+def on_device(adapter: Adapter, device: str) -> Adapter:
+    """The adapter with every spec on the default device ("cpu") moved to
+    ``device``; a test building one is skipped with the reason when the
+    adapter cannot run there. The reference model stays on the CPU."""
+    from dataclasses import replace
+
+    def make(spec: BufferSpec):
+        if spec.device == "cpu":
+            spec = spec.but(device=device)
+        reason = capability_skip_reason(adapter, spec_capabilities(spec))
+        if reason:
+            pytest.skip(reason)
+        return adapter.make(spec)
+
+    return replace(adapter, make=make)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -249,6 +292,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             lines.append(f"rbcheck unavailable: {cap}: {why}")
     else:
         lines.append("rbcheck unavailable: (none)")
+    lines.append(f"rbcheck device: {state.device}")
     lines.append(f"rbcheck hypothesis profile: {state.profile}")
     if state.known_failures_path is not None:
         lines.append(

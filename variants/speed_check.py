@@ -106,8 +106,8 @@ def main(argv=None) -> dict:
     buffers = {k: build(k, cap, "cpu" if k == "reference" else device) for k in kinds}
     for buffer in buffers.values():
         fill(buffer, cap, "cpu" if buffer is buffers["reference"] else device)
+    want = buffers["reference"].sample(batch)[1]["index"]  # each buffer's first draw, same seed
     for k in kinds[1:]:  # correctness before speed: same seed, same indices
-        want = buffers["reference"].sample(batch)[1]["index"]
         got = buffers[k].sample(batch)[1]["index"].cpu()
         agree = float((got == want).double().mean())
         print(f"{k}: fraction of indices equal to the reference's: {agree:.6f}")

@@ -7,12 +7,15 @@ Contract
   block of masses; every lane runs the reference descent (go left if
   ``mass < left or right == 0``, else ``mass -= left``) over all levels
   in registers, so it gives the reference's leaves for the same masses.
-* ``update_trees(trees, index, values, mask)``: the last write of each index
-  is found in torch (a stable sort, see ``vector_tree.last_writes``), then ONE
-  program per tree writes the winning leaves and recomputes their parents
-  level by level (``left + right`` or ``min``), with a block-wide barrier
-  between levels; a parent reached by several lanes gets the same value from
-  each. Bit-identical to the reference.
+* ``update_trees(trees, index, values, mask)`` (one or two trees, updated
+  together): the last write of each index is found in torch (a stable sort,
+  see ``vector_tree.last_writes``); one launch writes the winning leaves; one
+  launch per level recomputes their parents (``left + right`` or ``min``) for
+  the levels wider than ``2**TOP_LOG`` nodes, where a parent reached by
+  several lanes gets the same value from each; then ONE program recomputes
+  the top ``TOP_LOG`` levels whole (at most 2047 nodes, a block-wide barrier
+  between levels). Every node is a function of its two final children, so
+  the trees are bit-identical to the reference's.
 * Without CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``)
   on CPU tensors. Triton reads that variable when a kernel is DECORATED, so
   this module sets it (if unset) before defining the kernels when no CUDA
@@ -27,7 +30,9 @@ Contract
 * ``UNAVAILABLE`` is None when Triton imported, else the import error text.
 
 Cost: descent O(B log capacity) in one launch; update O(k log k) sort in
-torch plus O(k log capacity) in one launch per tree.
+torch plus O(k (log capacity - TOP_LOG) + 2**TOP_LOG) in log capacity - TOP_LOG
++ 2 launches (for capacities up to 2**TOP_LOG: two launches and a constant
+2**TOP_LOG of work).
 """
 
 from __future__ import annotations
@@ -67,29 +72,56 @@ if triton is not None:
         tl.store(leaf_ptr + offs, tl.load(nodes_ptr + node, mask=live, other=0.0), mask=live)
 
     @triton.jit
-    def _update_kernel(nodes_ptr, index_ptr, value_ptr, win_ptr, K,
-                       SIZE: tl.constexpr, DEPTH: tl.constexpr, IS_MIN: tl.constexpr,
-                       BLOCK: tl.constexpr):
-        # leaves: only the last write of each index (win) stores
-        for start in range(0, K, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            win = (offs < K) & (tl.load(win_ptr + offs, mask=offs < K, other=0) != 0)
-            leaf = tl.load(index_ptr + offs, mask=win, other=0) + SIZE
-            tl.store(nodes_ptr + leaf, tl.load(value_ptr + offs, mask=win, other=0.0), mask=win)
-        tl.debug_barrier()
-        # parents, bottom up; the barrier makes a level's writes visible to the next
-        for level in range(1, DEPTH + 1):
-            for start in range(0, K, BLOCK):
-                offs = start + tl.arange(0, BLOCK)
-                win = (offs < K) & (tl.load(win_ptr + offs, mask=offs < K, other=0) != 0)
-                node = (tl.load(index_ptr + offs, mask=win, other=0) + SIZE) >> level
-                left = tl.load(nodes_ptr + 2 * node, mask=win, other=0.0)
-                right = tl.load(nodes_ptr + 2 * node + 1, mask=win, other=0.0)
-                if IS_MIN:
-                    parent = tl.minimum(left, right)
-                else:
-                    parent = left + right
-                tl.store(nodes_ptr + node, parent, mask=win)
+    def _combine(left, right, IS_MIN: tl.constexpr):
+        if IS_MIN:
+            return tl.minimum(left, right)
+        return left + right
+
+    @triton.jit
+    def _leaves_kernel(a_ptr, b_ptr, index_ptr, a_val_ptr, b_val_ptr, win_ptr, K,
+                       SIZE: tl.constexpr, TWO: tl.constexpr, BLOCK: tl.constexpr):
+        # only the last write of each index (win) stores its leaf
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        win = (offs < K) & (tl.load(win_ptr + offs, mask=offs < K, other=0) != 0)
+        leaf = tl.load(index_ptr + offs, mask=win, other=0) + SIZE
+        tl.store(a_ptr + leaf, tl.load(a_val_ptr + offs, mask=win, other=0.0), mask=win)
+        if TWO:
+            tl.store(b_ptr + leaf, tl.load(b_val_ptr + offs, mask=win, other=0.0), mask=win)
+
+    @triton.jit
+    def _level_kernel(a_ptr, b_ptr, index_ptr, win_ptr, K, level,
+                      SIZE: tl.constexpr, A_MIN: tl.constexpr, B_MIN: tl.constexpr,
+                      TWO: tl.constexpr, BLOCK: tl.constexpr):
+        # the parents at one level of every winning leaf; a parent reached from
+        # several lanes or programs gets the same value from each
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        win = (offs < K) & (tl.load(win_ptr + offs, mask=offs < K, other=0) != 0)
+        node = (tl.load(index_ptr + offs, mask=win, other=0) + SIZE) >> level
+        left = tl.load(a_ptr + 2 * node, mask=win, other=0.0)
+        right = tl.load(a_ptr + 2 * node + 1, mask=win, other=0.0)
+        tl.store(a_ptr + node, _combine(left, right, A_MIN), mask=win)
+        if TWO:
+            left = tl.load(b_ptr + 2 * node, mask=win, other=0.0)
+            right = tl.load(b_ptr + 2 * node + 1, mask=win, other=0.0)
+            tl.store(b_ptr + node, _combine(left, right, B_MIN), mask=win)
+
+    @triton.jit
+    def _top_kernel(a_ptr, b_ptr, TOP_LOG: tl.constexpr, A_MIN: tl.constexpr,
+                    B_MIN: tl.constexpr, TWO: tl.constexpr, HALF: tl.constexpr):
+        # every node above depth TOP_LOG (nodes 1 .. 2**TOP_LOG - 1), whole
+        # levels, bottom up, in one program; the barrier orders the levels
+        lanes = tl.arange(0, HALF)
+        for up in range(0, TOP_LOG):
+            depth = TOP_LOG - 1 - up
+            node = (1 << depth) + lanes
+            live = lanes < (1 << depth)
+            left = tl.load(a_ptr + 2 * node, mask=live, other=0.0)
+            right = tl.load(a_ptr + 2 * node + 1, mask=live, other=0.0)
+            tl.store(a_ptr + node, _combine(left, right, A_MIN), mask=live)
+            if TWO:
+                left = tl.load(b_ptr + 2 * node, mask=live, other=0.0)
+                right = tl.load(b_ptr + 2 * node + 1, mask=live, other=0.0)
+                tl.store(b_ptr + node, _combine(left, right, B_MIN), mask=live)
             tl.debug_barrier()
 
 
@@ -116,16 +148,34 @@ def find_prefix(nodes: torch.Tensor, mass: torch.Tensor, size: int, block: int =
     return index, leaf
 
 
+#: Levels with at most this many nodes (the top of the tree) are recomputed
+#: whole by one program; the levels below, by one launch per level over the
+#: winning indices. 2**11: one block of 1024 lanes for the widest top level.
+TOP_LOG = 11
+
+
 def update_trees(trees, index: torch.Tensor, values, mask=None, block: int = 1024) -> None:
-    """Batched update of each tree in ``trees`` (see module doc)."""
+    """Batched update of one or two trees of one capacity (see module doc)."""
     check_available()
     from .vector_tree import last_writes
 
+    if not 1 <= len(trees) <= 2:
+        raise ValueError(f"len(trees)={len(trees)}, but should be 1 or 2")
     order, win = last_writes(index, mask)
-    index = index[order].contiguous()
+    index = index.index_select(0, order).contiguous()
     win = win.to(torch.int8)
-    for tree, value in zip(trees, values, strict=True):
-        _update_kernel[(1,)](tree.nodes, index, value[order].contiguous(), win, len(index),
-                             SIZE=tree.size, DEPTH=tree.depth,
-                             IS_MIN=tree.empty == float("inf"),
-                             BLOCK=block, num_warps=8, enable_fp_fusion=False)
+    a, b = trees[0], trees[-1]
+    a_val = values[0].index_select(0, order).contiguous()
+    b_val = values[-1].index_select(0, order).contiguous() if len(trees) == 2 else a_val
+    flags = dict(SIZE=a.size, TWO=len(trees) == 2, enable_fp_fusion=False)
+    kinds = dict(A_MIN=a.empty == float("inf"), B_MIN=b.empty == float("inf"))
+    k = len(index)
+    grid = (triton.cdiv(k, block),)
+    _leaves_kernel[grid](a.nodes, b.nodes, index, a_val, b_val, win, k, BLOCK=block, **flags)
+    top = min(TOP_LOG, a.depth)
+    for level in range(1, a.depth - top + 1):
+        _level_kernel[grid](a.nodes, b.nodes, index, win, k, level, BLOCK=block, **kinds, **flags)
+    if top:
+        flags.pop("SIZE")
+        _top_kernel[(1,)](a.nodes, b.nodes, TOP_LOG=top, HALF=max(1 << (top - 1), 2), num_warps=8,
+                          **kinds, **flags)

@@ -223,3 +223,36 @@ def test_failure_message_prefers_the_explained_sub_exception():
         "ValueError: m=-6, but should be >= -5 (ExceptionGroup: Hypothesis found 2 distinct failures. "
         "(2 sub-exceptions)) | Falsifying example: test_two( n=-6, )"
     )
+
+
+def test_bad_device_is_a_usage_error(tmp_path):
+    proc = run_pytest(tmp_path, "tests/conformance", "--impl", "fake_adapter:factory",
+                      "--rbcheck-device", "gpu0")
+    assert proc.returncode == 4
+    assert "rbcheck device='gpu0', but should be a torch device such as 'cpu' or 'cuda'" in proc.stderr
+
+
+def test_device_moves_every_default_spec_and_skips_with_the_reason(tmp_path):
+    """``--rbcheck-device cuda``: the header names it; a spec built on the
+    default device, also through ``impl.make`` directly, goes to cuda, so an
+    adapter that cannot run there (no "cuda" declared here) is skipped with
+    that reason, never passed."""
+    conformance = tmp_path / "tests" / "conformance"
+    conformance.mkdir(parents=True)
+    (conformance / "test_device.py").write_text(textwrap.dedent('''
+        from harness.protocol import BufferSpec
+
+        def test_direct_make(impl):
+            impl.make(BufferSpec(capacity=2))
+            raise AssertionError("must not run")
+
+        def test_fixture_make(make_buffer):
+            make_buffer(capacity=2)
+            raise AssertionError("must not run")
+    '''))
+    proc = run_pytest(tmp_path, "tests/conformance/test_device.py", "--impl", "fake_adapter:factory",
+                      "--rbcheck-device", "cuda")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rbcheck device: cuda" in proc.stdout, proc.stdout
+    assert "not declared: cuda" in proc.stdout, proc.stdout
+    assert "2 skipped" in proc.stdout, proc.stdout

@@ -49,6 +49,37 @@ def test_update_kernel_builds_the_reference_trees(capacity, seed, k):
 
 
 @small
+@given(capacity=st.integers(1, 70), seed=st.integers(0, 2**16), k=st.integers(1, 40),
+       top_log=st.sampled_from([1, 2, 3, triton_tree.TOP_LOG]))
+def test_paired_update_kernels_build_the_reference_trees(capacity, seed, k, top_log):
+    """exact: both trees updated together (the sampler's path), with the top
+    of the tree recomputed whole from any cut (``TOP_LOG``): the per-level
+    launches below the cut and the whole-level program above it leave both
+    trees bit-identical to the reference's."""
+    g = torch.Generator().manual_seed(seed)
+    ref_sum, ref_min = reference.SumTree(capacity), reference.MinTree(capacity)
+    sums = variants.VectorSumTree(capacity, DEVICE, backend="triton")
+    mins = variants.VectorMinTree(capacity, DEVICE, backend="triton")
+    saved = triton_tree.TOP_LOG
+    triton_tree.TOP_LOG = top_log
+    try:
+        for _ in range(3):
+            index = torch.randint(0, capacity, (k,), generator=g)
+            value = torch.rand(k, generator=g, dtype=torch.float64) * (torch.rand(k, generator=g) > 0.2)
+            mask = torch.rand(k, generator=g) > 0.3
+            kept = torch.nonzero(mask).flatten()
+            if len(kept):
+                ref_sum.update(index[kept], value[kept])
+                ref_min.update(index[kept], torch.where(value[kept] > 0, value[kept], float("inf")))
+            variants.vector_tree.update_pair(sums, mins, index.to(DEVICE), value.to(DEVICE),
+                                             mask.to(DEVICE))
+            assert torch.equal(sums.nodes.cpu(), ref_sum.nodes), f"sum tree, top_log={top_log}"
+            assert torch.equal(mins.nodes.cpu(), ref_min.nodes), f"min tree, top_log={top_log}"
+    finally:
+        triton_tree.TOP_LOG = saved
+
+
+@small
 @given(capacity=st.integers(1, 70), seed=st.integers(0, 2**16))
 def test_descent_kernel_gives_the_reference_leaves(capacity, seed):
     """exact given shared randomness: the descent kernel returns the

@@ -11,6 +11,8 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 CONSTRAINTS = ("-c", ".ci/constraints.txt")
+#: Built-in adapters of variants/ whose conformance runs in the tests session.
+VARIANTS = ("device", "triton")
 
 
 def install(session: nox.Session, *groups: str) -> None:
@@ -28,7 +30,14 @@ def tests(session: nox.Session) -> None:
     the benchmarks in smoke mode."""
     install(session, "test", "bench")
     session.env.setdefault("RBCHECK_PROFILE", "ci")
-    session.run("pytest", *session.posargs)
+    if session.posargs:  # a targeted run: just what was asked for
+        session.run("pytest", *session.posargs)
+        return
+    # the conformance suite on every variant first (each its own --impl run),
+    # then everything with the reference as --impl
+    for variant in VARIANTS:
+        session.run("pytest", "tests/conformance", "--impl", variant, "-q", "-p", "no:cacheprovider")
+    session.run("pytest")
 
 
 @nox.session

@@ -129,7 +129,8 @@ def save_checkpoint(buffer, path) -> None:
     os.replace(pointer, path / POINTER)  # the commit point
     _fsync_dir(path)
     for old in path.glob("ckpt-*"):  # the previous checkpoint and leftovers of crashed saves
-        if old != new and re.fullmatch(r"ckpt-[A-Za-z0-9_]+", old.name):
+        # by name: mkdtemp returns an absolute path from Python 3.12 on, glob a relative one
+        if old.name != new.name and re.fullmatch(r"ckpt-[A-Za-z0-9_]+", old.name):
             shutil.rmtree(old, ignore_errors=True)
 
 

@@ -122,7 +122,9 @@ class PrioritizedSampler:
         self._store(index, raw)
 
     def indices_from_uniforms(self, u: torch.Tensor, size: int | None = None) -> torch.Tensor:
-        """Map float64 uniforms in [0, 1) to slots; ``size`` is unused (the tree knows)."""
+        """Map float64 uniforms in [0, 1) to slots; ``size`` is unused (the tree knows).
+        Uniforms on another device are read where the trees are (the CPU)."""
+        u = torch.as_tensor(u, dtype=torch.float64).cpu()
         return self.sum_tree.find_prefix(u * self.sum_tree.total())
 
     def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:

@@ -73,7 +73,8 @@ def run_pytest(tmp_path: Path, *args: str, env: dict | None = None) -> subproces
     full_env = dict(os.environ)
     full_env.pop("RBCHECK_IMPL", None)
     full_env.pop("RBCHECK_PROFILE", None)
-    full_env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+    inherited = [full_env["PYTHONPATH"]] if full_env.get("PYTHONPATH") else []
+    full_env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO), *inherited])
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsxX", "-s", *args],

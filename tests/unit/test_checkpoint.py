@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 import struct
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,6 +110,27 @@ def test_save_swaps_pointer_and_removes_the_old_subdirectory(saved):
     rb.dumps(path)
     assert current(path) != first and not first.exists()
     assert sorted(p.name for p in path.iterdir()) == sorted(["CURRENT", current(path).name])
+
+
+@pytest.mark.parametrize("absolute_mkdtemp", [False, True])
+def test_save_to_a_relative_path_keeps_the_new_checkpoint(tmp_path, monkeypatch, absolute_mkdtemp):
+    """A relative path, also where ``tempfile.mkdtemp`` returns an absolute one
+    (Python 3.12 and later): the cleanup of older sub-directories must not
+    take the one just written for an old one (it did, found on Python 3.12)."""
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+    if absolute_mkdtemp:
+        real = tempfile.mkdtemp
+        monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: str(Path(real(**kw)).resolve()))
+    rb = prioritized()
+    rb.extend(data(5))
+    rb.dumps("relative")
+    rb.dumps("relative")  # a second save replaces the first
+    fresh = prioritized(seed=9)
+    fresh.loads("relative")
+    same(fresh.storage.data, rb.storage.data)
+    assert sorted(p.name for p in Path("relative").iterdir()) == sorted(["CURRENT", current(Path("relative")).name])
 
 
 def test_crash_before_pointer_swap_keeps_previous_checkpoint(saved, monkeypatch):

@@ -1,0 +1,20 @@
+"""The tests session (what CI runs) covers every built-in variant: a variant
+added to harness/adapters without a conformance run in CI fails here."""
+
+import ast
+from pathlib import Path
+
+from harness.adapters import builtin_names
+from harness.report import is_third_party
+
+NOXFILE = Path(__file__).resolve().parents[1] / "noxfile.py"
+
+
+def test_tests_session_runs_the_conformance_suite_on_every_variant():
+    tree = ast.parse(NOXFILE.read_text())
+    listed = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "VARIANTS" for t in node.targets):
+            listed = set(ast.literal_eval(node.value))
+    variants = {name for name in builtin_names() if name != "reference" and not is_third_party(name)}
+    assert listed == variants, f"noxfile VARIANTS={sorted(listed or [])}, but should be {sorted(variants)}"

@@ -94,6 +94,8 @@ def machine_label(data: dict) -> str:
         parts.append(str(brand))
     if cpu.get("count"):
         parts.append(f"{cpu['count']} logical CPUs")
+    if m.get("gpu"):
+        parts.append(f"GPU {m['gpu']}")
     if m.get("python_version"):
         parts.append(f"Python {m['python_version']}")
     when = data.get("datetime")

@@ -51,6 +51,12 @@ def test_load_reads_extra_info_and_ignores_foreign_benchmarks(run):
     assert "box-1" in machine and "Test CPU 3000" in machine and "abcdef01" in machine
 
 
+def test_machine_label_names_the_gpu_when_the_run_had_one():
+    data = {"machine_info": {**MACHINE, "gpu": "NVIDIA H100 80GB HBM3"}}
+    assert "GPU NVIDIA H100 80GB HBM3" in ratios.machine_label(data)
+    assert "GPU" not in ratios.machine_label({"machine_info": MACHINE})
+
+
 def test_load_uses_the_requested_statistic(run):
     by_stat = {s: {r.impl: r.seconds for r in ratios.load(run, s)[0] if r.op == "sample_random"}
                for s in ("median", "min", "mean")}

@@ -76,6 +76,14 @@ def pytest_report_header(config):
             f"implementations={_impl_names(config)}")
 
 
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """Name the accelerator and torch in the JSON, so tables and plots say
+    what a CUDA number was measured on."""
+    machine_info["torch"] = torch.__version__
+    if torch.cuda.is_available():
+        machine_info["gpu"] = torch.cuda.get_device_name(0)
+
+
 def pytest_generate_tests(metafunc):
     if "bench" not in metafunc.fixturenames:
         return

@@ -72,10 +72,15 @@ if triton is not None:
         tl.store(leaf_ptr + offs, tl.load(nodes_ptr + node, mask=live, other=0.0), mask=live)
 
     @triton.jit
-    def _combine(left, right, IS_MIN: tl.constexpr):
+    def _refresh(nodes_ptr, node, live, IS_MIN: tl.constexpr):
+        # node = left + right (or min) from its two children, where live
+        left = tl.load(nodes_ptr + 2 * node, mask=live, other=0.0)
+        right = tl.load(nodes_ptr + 2 * node + 1, mask=live, other=0.0)
         if IS_MIN:
-            return tl.minimum(left, right)
-        return left + right
+            parent = tl.minimum(left, right)
+        else:
+            parent = left + right
+        tl.store(nodes_ptr + node, parent, mask=live)
 
     @triton.jit
     def _leaves_kernel(a_ptr, b_ptr, index_ptr, a_val_ptr, b_val_ptr, win_ptr, K,
@@ -97,13 +102,9 @@ if triton is not None:
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         win = (offs < K) & (tl.load(win_ptr + offs, mask=offs < K, other=0) != 0)
         node = (tl.load(index_ptr + offs, mask=win, other=0) + SIZE) >> level
-        left = tl.load(a_ptr + 2 * node, mask=win, other=0.0)
-        right = tl.load(a_ptr + 2 * node + 1, mask=win, other=0.0)
-        tl.store(a_ptr + node, _combine(left, right, A_MIN), mask=win)
+        _refresh(a_ptr, node, win, A_MIN)
         if TWO:
-            left = tl.load(b_ptr + 2 * node, mask=win, other=0.0)
-            right = tl.load(b_ptr + 2 * node + 1, mask=win, other=0.0)
-            tl.store(b_ptr + node, _combine(left, right, B_MIN), mask=win)
+            _refresh(b_ptr, node, win, B_MIN)
 
     @triton.jit
     def _top_kernel(a_ptr, b_ptr, TOP_LOG: tl.constexpr, A_MIN: tl.constexpr,
@@ -115,13 +116,9 @@ if triton is not None:
             depth = TOP_LOG - 1 - up
             node = (1 << depth) + lanes
             live = lanes < (1 << depth)
-            left = tl.load(a_ptr + 2 * node, mask=live, other=0.0)
-            right = tl.load(a_ptr + 2 * node + 1, mask=live, other=0.0)
-            tl.store(a_ptr + node, _combine(left, right, A_MIN), mask=live)
+            _refresh(a_ptr, node, live, A_MIN)
             if TWO:
-                left = tl.load(b_ptr + 2 * node, mask=live, other=0.0)
-                right = tl.load(b_ptr + 2 * node + 1, mask=live, other=0.0)
-                tl.store(b_ptr + node, _combine(left, right, B_MIN), mask=live)
+                _refresh(b_ptr, node, live, B_MIN)
             tl.debug_barrier()
 
 

@@ -25,6 +25,16 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 small = settings(max_examples=8)  # the interpreter runs a kernel in milliseconds, not microseconds
 
 
+def random_updates(g, capacity, k, rounds=3):
+    """``(index, value, mask, kept positions)`` per round: repeated indices,
+    about 20% zero values, about 30% masked-out entries."""
+    for _ in range(rounds):
+        index = torch.randint(0, capacity, (k,), generator=g)
+        value = torch.rand(k, generator=g, dtype=torch.float64) * (torch.rand(k, generator=g) > 0.2)
+        mask = torch.rand(k, generator=g) > 0.3
+        yield index, value, mask, torch.nonzero(mask).flatten()
+
+
 @small
 @given(capacity=st.integers(1, 33), seed=st.integers(0, 2**16), k=st.integers(1, 40))
 def test_update_kernel_builds_the_reference_trees(capacity, seed, k):
@@ -34,11 +44,7 @@ def test_update_kernel_builds_the_reference_trees(capacity, seed, k):
     ref_sum, ref_min = reference.SumTree(capacity), reference.MinTree(capacity)
     sums = variants.VectorSumTree(capacity, DEVICE, backend="triton")
     mins = variants.VectorMinTree(capacity, DEVICE, backend="triton")
-    for _ in range(3):
-        index = torch.randint(0, capacity, (k,), generator=g)
-        value = torch.rand(k, generator=g, dtype=torch.float64) * (torch.rand(k, generator=g) > 0.2)
-        mask = torch.rand(k, generator=g) > 0.3
-        kept = torch.nonzero(mask).flatten()
+    for index, value, mask, kept in random_updates(g, capacity, k):
         if len(kept):
             ref_sum.update(index[kept], value[kept])
             ref_min.update(index[kept], value[kept])
@@ -63,11 +69,7 @@ def test_paired_update_kernels_build_the_reference_trees(capacity, seed, k, top_
     saved = triton_tree.TOP_LOG
     triton_tree.TOP_LOG = top_log
     try:
-        for _ in range(3):
-            index = torch.randint(0, capacity, (k,), generator=g)
-            value = torch.rand(k, generator=g, dtype=torch.float64) * (torch.rand(k, generator=g) > 0.2)
-            mask = torch.rand(k, generator=g) > 0.3
-            kept = torch.nonzero(mask).flatten()
+        for index, value, mask, kept in random_updates(g, capacity, k):
             if len(kept):
                 ref_sum.update(index[kept], value[kept])
                 ref_min.update(index[kept], torch.where(value[kept] > 0, value[kept], float("inf")))

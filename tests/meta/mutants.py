@@ -293,6 +293,83 @@ def ring_eviction_off_by_one():
 
 
 # --------------------------------------------------------------------------
+# 6. bad input and checkpoint faults
+# --------------------------------------------------------------------------
+
+
+class NoPriorityCheckSampler(PrioritizedSampler):
+    """Takes any priority as float64, NaN, infinite and negative included."""
+
+    def check_priority(self, priority, n: int) -> torch.Tensor:
+        return torch.as_tensor(priority).detach().to(torch.float64).reshape(n)
+
+
+def bad_priority_accepted():
+    return _adapter("bad-priority-accepted", PrioritizedSampler=NoPriorityCheckSampler)
+
+
+class CursorFirstBuffer(ReplayBuffer):
+    """Has moved the writer's cursor when a batch is refused (the check runs
+    after the writer, as in buffers that validate while writing)."""
+
+    def extend(self, data):
+        try:
+            return super().extend(data)
+        except (ValueError, TypeError):
+            self.writer.next_indices(1)
+            raise
+
+
+def extend_moves_cursor_before_checking():
+    return _adapter("extend-moves-cursor-before-checking", CursorFirstBuffer)
+
+
+class SaveInPlaceBuffer(ReplayBuffer):
+    """Deletes the old checkpoint, then writes the new one: a save that dies in
+    between leaves nothing loadable."""
+
+    def dumps(self, path) -> None:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        super().dumps(path)
+
+
+def save_not_atomic():
+    return _adapter("save-not-atomic", SaveInPlaceBuffer)
+
+
+class ClearThenLoadBuffer(ReplayBuffer):
+    """Empties itself before reading the checkpoint: a refused load leaves the
+    buffer changed."""
+
+    def loads(self, path) -> None:
+        self.writer.cursor, self.writer.write_count = 0, 0
+        super().loads(path)
+
+
+def refused_load_changes_buffer():
+    return _adapter("refused-load-changes-buffer", ClearThenLoadBuffer)
+
+
+class UnpicklingLoadBuffer(ReplayBuffer):
+    """Also restores any ``*.pkl`` found in the checkpoint with pickle (as a
+    prefetch queue might be): a crafted file runs code on load."""
+
+    def loads(self, path) -> None:
+        import pickle
+
+        for extra in sorted(Path(path).rglob("*.pkl")):
+            with open(extra, "rb") as handle:
+                pickle.load(handle)  # noqa: S301 - the planted bug
+        super().loads(path)
+
+
+def load_unpickles():
+    return _adapter("load-unpickles", UnpicklingLoadBuffer)
+
+
+# --------------------------------------------------------------------------
 # the table the meta test runs
 # --------------------------------------------------------------------------
 
@@ -386,6 +463,36 @@ MUTANTS = (
         "a slice that crosses an episode boundary",
         ("test_trajectory_slices.py",),
         ("test_slices_are_contiguous_and_inside_one_episode",),
+    ),
+    Mutant(
+        "bad_priority_accepted",
+        "NaN, infinite or negative priorities accepted",
+        ("test_bad_input.py",),
+        ("test_bad_input_is_refused_and_nothing_changes",),
+    ),
+    Mutant(
+        "extend_moves_cursor_before_checking",
+        "a refused batch that still moves the cursor",
+        ("test_bad_input.py",),
+        ("test_bad_input_is_refused_and_nothing_changes",),
+    ),
+    Mutant(
+        "save_not_atomic",
+        "a save that deletes the old checkpoint before writing the new one",
+        ("test_checkpoint_faults.py",),
+        ("test_interrupted_save_leaves_a_loadable_checkpoint",),
+    ),
+    Mutant(
+        "refused_load_changes_buffer",
+        "a refused load that leaves the buffer changed",
+        ("test_checkpoint_faults.py",),
+        ("test_damaged_checkpoint_is_refused_and_nothing_changes",),
+    ),
+    Mutant(
+        "load_unpickles",
+        "a load that unpickles a file of the checkpoint",
+        ("test_checkpoint_faults.py",),
+        ("test_damaged_checkpoint_is_refused_and_nothing_changes",),
     ),
     Mutant(
         "ring_eviction_off_by_one",

@@ -34,9 +34,12 @@ def tests(session: nox.Session) -> None:
         session.run("pytest", *session.posargs)
         return
     # the conformance suite on every variant first (each its own --impl run),
-    # then everything with the reference as --impl
+    # the micro-benchmarks in smoke mode (each once, checked, no timing), then
+    # everything with the reference as --impl (the asv benchmarks' smoke run
+    # is tests/test_asv_smoke.py)
     for variant in VARIANTS:
         session.run("pytest", "tests/conformance", "--impl", variant, "-q", "-p", "no:cacheprovider")
+    session.run("pytest", "bench/micro", "--benchmark-disable", "-q", "-p", "no:cacheprovider")
     session.run("pytest")
 
 

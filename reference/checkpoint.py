@@ -1,5 +1,7 @@
 """Checkpoints of a replay buffer: a directory, plain JSON + safetensors, no pickle.
 
+A directory written atomically; what the files hold is ``checkpoint_format.py``.
+
 Layout of ``path/``::
 
     CURRENT                    one line: the name of the live sub-directory
@@ -15,13 +17,11 @@ Contract
   loadable.
 * ``load_checkpoint(buffer, path)`` never unpickles and never follows a
   symlink: ``CURRENT`` must name a ``ckpt-*`` sub-directory holding exactly
-  the two regular files. It checks the schema version, the checksum of
-  ``meta.json`` (sha256 of its canonical JSON, stored in it), the sha256 of
-  the tensor file, every tensor's dtype and shape, that every tensor is used,
-  then the state against the buffer (capacity, field layout when already
-  allocated, sampler type, consistency of trees and writer) BEFORE changing
-  the buffer. Any problem raises ``CheckpointError`` saying what is wrong;
-  the buffer is then unchanged.
+  the two regular files. The files are decoded and checked
+  (``checkpoint_format.decode``), then the state against the buffer
+  (capacity, field layout when already allocated, sampler type, consistency
+  of trees and writer) BEFORE changing the buffer. Any problem raises
+  ``CheckpointError`` saying what is wrong; the buffer is then unchanged.
 * The round trip is bit-exact: storage, writer, trees, max priority (a
   float), sampler parameters and generator state, hence the next samples.
 
@@ -31,8 +31,6 @@ memory (serialised before the disk is touched) and on disk (the old checkpoint).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -40,51 +38,11 @@ import stat
 import tempfile
 from pathlib import Path
 
-import torch
-from safetensors.torch import load as load_tensors
-from safetensors.torch import save as dump_tensors
+from .checkpoint_format import META, TENSORS, CheckpointError, _checksum, decode, encode
 
-SCHEMA_VERSION = 1
-FORMAT = "rbcheck.ReplayBuffer"
-POINTER, META, TENSORS = "CURRENT", "meta.json", "tensors.safetensors"
-META_KEYS = {"schema_version", "format", "checksum", "sha256", "tensors", "state"}
+POINTER = "CURRENT"
 MAX_POINTER_BYTES, MAX_META_BYTES = 256, 1 << 26
-
-
-class CheckpointError(Exception):
-    """A checkpoint cannot be written or read; the message says why."""
-
-
-def _split(obj, name: str, tensors: dict):
-    """JSON-able copy of ``obj`` with each tensor replaced by ``{"tensor": name}``."""
-    if isinstance(obj, torch.Tensor):
-        tensors[name] = obj.detach().to("cpu").contiguous()
-        return {"tensor": name}
-    if isinstance(obj, dict):
-        return {str(k): _split(v, f"{name}.{k}", tensors) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_split(v, f"{name}.{i}", tensors) for i, v in enumerate(obj)]
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    raise CheckpointError(f"state[{name!r}]={type(obj).__name__}, but should be a tensor or plain value")
-
-
-def _join(obj, tensors: dict, used: set):
-    """Inverse of ``_split``; records the tensor names it uses in ``used``."""
-    if isinstance(obj, dict):
-        if set(obj) == {"tensor"} and isinstance(obj["tensor"], str):
-            used.add(obj["tensor"])
-            return tensors[obj["tensor"]]
-        return {k: _join(v, tensors, used) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_join(v, tensors, used) for v in obj]
-    return obj
-
-
-def _checksum(meta: dict) -> str:
-    """sha256 of ``meta`` without its checksum, as canonical JSON."""
-    body = {k: v for k, v in meta.items() if k != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+__all__ = ["CheckpointError", "_checksum", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
 
 
 def _write(file: Path, data: bytes) -> None:
@@ -106,18 +64,7 @@ def _fsync_dir(path: Path) -> None:
 def save_checkpoint(buffer, path) -> None:
     """Atomically write ``buffer``'s state as a checkpoint directory at ``path``."""
     path = Path(path)
-    tensors: dict = {}
-    state = _split(buffer.state_dict(), "state", tensors)
-    blob = dump_tensors(tensors)  # everything is serialised before the disk is touched
-    layout = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
-              for k, v in tensors.items()}
-    meta = {"schema_version": SCHEMA_VERSION, "format": FORMAT,
-            "sha256": {TENSORS: hashlib.sha256(blob).hexdigest()}, "tensors": layout, "state": state}
-    try:
-        meta["checksum"] = _checksum(meta)
-        text = json.dumps(meta, allow_nan=False, indent=1).encode()
-    except ValueError as error:
-        raise CheckpointError(f"state={error}, but should hold only finite numbers") from error
+    text, blob = encode(buffer.state_dict())  # everything is serialised before the disk is touched
     path.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(prefix="ckpt-", dir=path))
     _write(new / TENSORS, blob)
@@ -149,29 +96,6 @@ def _read(file: Path, limit: int) -> bytes:
         return handle.read(info.st_size)
 
 
-def _parse_meta(raw: bytes) -> dict:
-    def reject(name):
-        raise ValueError(f"{name} is not a finite number")
-    try:
-        meta = json.loads(raw.decode("utf-8"), parse_constant=reject)
-    except (ValueError, RecursionError) as error:
-        raise CheckpointError(f"{META} unreadable ({error}), but should be valid JSON") from None
-    if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
-        got = meta.get("schema_version") if isinstance(meta, dict) else type(meta).__name__
-        raise CheckpointError(f"schema_version={got!r}, but should be {SCHEMA_VERSION}")
-    if set(meta) != META_KEYS or meta["format"] != FORMAT or not isinstance(meta["sha256"], dict):
-        raise CheckpointError(f"{META} keys={sorted(meta)}, format={meta.get('format')!r}, "
-                              f"but should be {sorted(META_KEYS)}, {FORMAT!r}")
-    try:
-        checksum = _checksum(meta)
-    except (ValueError, RecursionError) as error:
-        raise CheckpointError(f"{META} state unreadable ({error})") from None
-    if meta["checksum"] != checksum:
-        raise CheckpointError(f"{META} checksum={meta['checksum']!r:.80}, but should be {checksum} "
-                              "(the file was changed after it was written)")
-    return meta
-
-
 def read_checkpoint(path) -> dict:
     """The validated state dict stored at ``path`` (raises CheckpointError)."""
     path = Path(path)
@@ -187,27 +111,7 @@ def read_checkpoint(path) -> dict:
     files = sorted(os.listdir(sub))
     if files != sorted([META, TENSORS]):
         raise CheckpointError(f"{name} files={files}, but should be {sorted([META, TENSORS])}")
-    meta = _parse_meta(_read(sub / META, MAX_META_BYTES))
-    raw = _read(sub / TENSORS, 1 << 62)
-    digest, want = hashlib.sha256(raw).hexdigest(), meta["sha256"].get(TENSORS)
-    if digest != want:
-        raise CheckpointError(f"sha256({TENSORS})={digest}, but should be {want!r:.80}")
-    try:
-        tensors = load_tensors(raw)  # the bytes that were hashed: no second read
-    except Exception as error:  # safetensors reports a bad header with its own error type
-        raise CheckpointError(f"{TENSORS} unreadable ({error}), but should be a safetensors file") from None
-    got = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
-           for k, v in tensors.items()}
-    if got != meta["tensors"]:
-        raise CheckpointError(f"tensors={got}, but should be {meta['tensors']!r:.400}")
-    used: set = set()
-    try:
-        state = _join(meta["state"], tensors, used)
-    except (KeyError, TypeError, RecursionError) as error:
-        raise CheckpointError(f"tensor {error!r:.80} is referenced, but should be in {TENSORS}") from None
-    if used != set(tensors):
-        raise CheckpointError(f"unused tensors={sorted(set(tensors) - used)}, but should be none")
-    return state
+    return decode(_read(sub / META, MAX_META_BYTES), _read(sub / TENSORS, 1 << 62))
 
 
 def load_checkpoint(buffer, path) -> None:

@@ -1,0 +1,130 @@
+"""What a checkpoint holds, in bytes: a state dict <-> plain JSON + safetensors.
+
+Contract
+--------
+* ``encode(state) -> (meta bytes, tensor bytes)``: every tensor of the
+  (nested dict / list) state goes into one safetensors blob; the rest, with
+  ``{"tensor": name}`` in each tensor's place, into ``meta.json``: plain JSON
+  with ``schema_version``, ``format``, the sha256 of the blob, each tensor's
+  dtype and shape, and a checksum of itself (sha256 of its canonical JSON).
+  Non-finite numbers or other objects in the state raise CheckpointError.
+* ``decode(meta bytes, tensor bytes) -> state``: the inverse, never
+  unpickling, after checking the schema version, the keys, the checksum, the
+  blob's sha256, every tensor's dtype and shape and that every tensor is
+  used. Any problem raises ``CheckpointError`` saying what is wrong.
+
+Cost: O(size of the state) time and one extra copy of the tensors in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as dump_tensors
+
+SCHEMA_VERSION = 1
+FORMAT = "rbcheck.ReplayBuffer"
+META, TENSORS = "meta.json", "tensors.safetensors"
+META_KEYS = {"schema_version", "format", "checksum", "sha256", "tensors", "state"}
+
+
+class CheckpointError(Exception):
+    """A checkpoint cannot be written or read; the message says why."""
+
+
+def _split(obj, name: str, tensors: dict):
+    """JSON-able copy of ``obj`` with each tensor replaced by ``{"tensor": name}``."""
+    if isinstance(obj, torch.Tensor):
+        tensors[name] = obj.detach().to("cpu").contiguous()
+        return {"tensor": name}
+    if isinstance(obj, dict):
+        return {str(k): _split(v, f"{name}.{k}", tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_split(v, f"{name}.{i}", tensors) for i, v in enumerate(obj)]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise CheckpointError(f"state[{name!r}]={type(obj).__name__}, but should be a tensor or plain value")
+
+
+def _join(obj, tensors: dict, used: set):
+    """Inverse of ``_split``; records the tensor names it uses in ``used``."""
+    if isinstance(obj, dict):
+        if set(obj) == {"tensor"} and isinstance(obj["tensor"], str):
+            used.add(obj["tensor"])
+            return tensors[obj["tensor"]]
+        return {k: _join(v, tensors, used) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_join(v, tensors, used) for v in obj]
+    return obj
+
+
+def _checksum(meta: dict) -> str:
+    """sha256 of ``meta`` without its checksum, as canonical JSON."""
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def encode(state: dict) -> tuple[bytes, bytes]:
+    """``(meta.json bytes, safetensors bytes)`` for ``state``."""
+    tensors: dict = {}
+    plain = _split(state, "state", tensors)
+    blob = dump_tensors(tensors)
+    layout = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
+              for k, v in tensors.items()}
+    meta = {"schema_version": SCHEMA_VERSION, "format": FORMAT,
+            "sha256": {TENSORS: hashlib.sha256(blob).hexdigest()}, "tensors": layout, "state": plain}
+    try:
+        meta["checksum"] = _checksum(meta)
+        return json.dumps(meta, allow_nan=False, indent=1).encode(), blob
+    except ValueError as error:
+        raise CheckpointError(f"state={error}, but should hold only finite numbers") from error
+
+
+def _parse_meta(raw: bytes) -> dict:
+    def reject(name):
+        raise ValueError(f"{name} is not a finite number")
+    try:
+        meta = json.loads(raw.decode("utf-8"), parse_constant=reject)
+    except (ValueError, RecursionError) as error:
+        raise CheckpointError(f"{META} unreadable ({error}), but should be valid JSON") from None
+    if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
+        got = meta.get("schema_version") if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointError(f"schema_version={got!r}, but should be {SCHEMA_VERSION}")
+    if set(meta) != META_KEYS or meta["format"] != FORMAT or not isinstance(meta["sha256"], dict):
+        raise CheckpointError(f"{META} keys={sorted(meta)}, format={meta.get('format')!r}, "
+                              f"but should be {sorted(META_KEYS)}, {FORMAT!r}")
+    try:
+        checksum = _checksum(meta)
+    except (ValueError, RecursionError) as error:
+        raise CheckpointError(f"{META} state unreadable ({error})") from None
+    if meta["checksum"] != checksum:
+        raise CheckpointError(f"{META} checksum={meta['checksum']!r:.80}, but should be {checksum} "
+                              "(the file was changed after it was written)")
+    return meta
+
+
+def decode(raw_meta: bytes, blob: bytes) -> dict:
+    """The validated state stored in ``(meta.json bytes, safetensors bytes)``."""
+    meta = _parse_meta(raw_meta)
+    digest, want = hashlib.sha256(blob).hexdigest(), meta["sha256"].get(TENSORS)
+    if digest != want:
+        raise CheckpointError(f"sha256({TENSORS})={digest}, but should be {want!r:.80}")
+    try:
+        tensors = load_tensors(blob)
+    except Exception as error:  # safetensors reports a bad header with its own error type
+        raise CheckpointError(f"{TENSORS} unreadable ({error}), but should be a safetensors file") from None
+    got = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
+           for k, v in tensors.items()}
+    if got != meta["tensors"]:
+        raise CheckpointError(f"tensors={got}, but should be {meta['tensors']!r:.400}")
+    used: set = set()
+    try:
+        state = _join(meta["state"], tensors, used)
+    except (KeyError, TypeError, RecursionError) as error:
+        raise CheckpointError(f"tensor {error!r:.80} is referenced, but should be in {TENSORS}") from None
+    if used != set(tensors):
+        raise CheckpointError(f"unused tensors={sorted(set(tensors) - used)}, but should be none")
+    return state

@@ -67,7 +67,7 @@ class ReplayBuffer(ReferenceReplayBuffer):
         first = self.writer.cursor
         index = self.writer.next_indices(n)
         if hasattr(self.storage, "write"):
-            self.storage.write(first, data)
+            self.storage.write(first, data, checked=True)  # checked above, before the writer moved
         else:
             self.storage.set(index, data)
         self.sampler.on_write(index, priority)

@@ -163,9 +163,11 @@ class DeviceStorage(TensorStorage):
                 column = torch.zeros(shape, dtype=value.dtype, device=self.device)
             self.data.set(key, column)
 
-    def write(self, first: int, data: TensorDictBase) -> None:
-        """Rows of ``data`` to slots ``first, first + 1, ...`` (mod capacity); checked."""
-        self.check(data)
+    def write(self, first: int, data: TensorDictBase, checked: bool = False) -> None:
+        """Rows of ``data`` to slots ``first, first + 1, ...`` (mod capacity); checked
+        here unless the caller already did (``checked=True``)."""
+        if not checked:
+            self.check(data)
         if self.data is None:
             self._allocate(data)
             self._refresh()

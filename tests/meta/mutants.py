@@ -28,6 +28,7 @@ from reference import pinning
 from reference.buffer import ReplayBuffer
 from reference.policy import place_policy as reference_place_policy
 from reference.prioritized_sampler import PrioritizedSampler
+from reference.random_sampler import RandomSampler
 from reference.slice_sampler import SliceSampler
 from reference.storage import TensorStorage
 from reference.writer import RoundRobinWriter
@@ -370,6 +371,199 @@ def load_unpickles():
 
 
 # --------------------------------------------------------------------------
+# 7. one mutant for every remaining property
+# --------------------------------------------------------------------------
+
+
+class NoParamCheckSampler(PrioritizedSampler):
+    """Stores alpha, beta and eps without checking them."""
+
+    def __init__(self, capacity, alpha, beta, eps=1e-8):
+        super().__init__(capacity, 0.5, 0.5, 1e-8)
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+
+
+def bad_parameters_accepted():
+    return _adapter("bad-parameters-accepted", PrioritizedSampler=NoParamCheckSampler)
+
+
+class QuietMissingLoadBuffer(ReplayBuffer):
+    """Loading from a missing or empty directory does nothing, silently."""
+
+    def loads(self, path) -> None:
+        path = Path(path)
+        if not path.is_dir() or not any(path.iterdir()):
+            return
+        super().loads(path)
+
+
+def missing_checkpoint_ignored():
+    return _adapter("missing-checkpoint-ignored", QuietMissingLoadBuffer)
+
+
+class MisfitLoadBuffer(ReplayBuffer):
+    """Swallows the error of a checkpoint made for another buffer."""
+
+    def loads(self, path) -> None:
+        from reference import CheckpointError
+
+        try:
+            super().loads(path)
+        except CheckpointError as error:
+            if "does not fit" not in str(error):
+                raise
+
+
+def misfit_checkpoint_ignored():
+    return _adapter("misfit-checkpoint-ignored", MisfitLoadBuffer)
+
+
+class TwiceOnUpdateSampler(PrioritizedSampler):
+    """Transforms updated priorities before ``_store`` transforms them again."""
+
+    def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
+        raw = self.check_priority(priority, len(torch.as_tensor(index)))
+        super().update_priority(index, (raw + self.eps) ** self.alpha, generation, current_generation)
+
+
+def priority_transformed_twice_on_update():
+    return _adapter("priority-transformed-twice-on-update", PrioritizedSampler=TwiceOnUpdateSampler)
+
+
+def _flipped(t):
+    return None if t is None else torch.as_tensor(t).flip(0)
+
+
+class FirstWriteWinsSampler(PrioritizedSampler):
+    """Applies an update's entries in reverse order: with a repeated index the
+    first priority given wins instead of the last."""
+
+    def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
+        index = torch.as_tensor(index).flip(0)
+        priority = torch.as_tensor(priority).flip(0)
+        super().update_priority(index, priority, _flipped(generation), _flipped(current_generation))
+
+
+def update_first_write_wins():
+    return _adapter("update-first-write-wins", PrioritizedSampler=FirstWriteWinsSampler)
+
+
+class NeverLastRandomSampler(RandomSampler):
+    """Never draws the last valid slot."""
+
+    def indices_from_uniforms(self, u, size):
+        return torch.floor(u * max(size - 1, 1)).long()
+
+
+def uniform_sampler_skips_last_slot():
+    return _adapter("uniform-sampler-skips-last-slot", RandomSampler=NeverLastRandomSampler)
+
+
+class IgnoresPrioritiesSampler(PrioritizedSampler):
+    """Draws slots uniformly; the weights still come from the trees."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        info = super().sample(storage, batch_size, generator, cursor)
+        u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
+        info["index"] = torch.floor(u * len(storage)).long().clamp_(max=len(storage) - 1)
+        return info
+
+
+def prioritized_sampler_ignores_priorities():
+    return _adapter("prioritized-sampler-ignores-priorities", PrioritizedSampler=IgnoresPrioritiesSampler)
+
+
+class RotatedRandomSampler(RandomSampler):
+    """Maps u to the slot of (u + 1/2) mod 1: still uniform, but not the
+    reference's slot for the same uniform."""
+
+    def indices_from_uniforms(self, u, size):
+        return super().indices_from_uniforms(torch.remainder(torch.as_tensor(u) + 0.5, 1.0), size)
+
+
+def uniforms_mapped_differently():
+    return _adapter("uniforms-mapped-differently", RandomSampler=RotatedRandomSampler)
+
+
+class NotStrictSliceSampler(SliceSampler):
+    """Slices episodes shorter than slice_len even with strict_length=True."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        strict, self.strict_length = self.strict_length, False
+        try:
+            return super().sample(storage, batch_size, generator, cursor)
+        finally:
+            self.strict_length = strict
+
+
+def strict_length_ignored():
+    return _adapter("strict-length-ignored", SliceSampler=NotStrictSliceSampler)
+
+
+class WrapBlindSliceSampler(SliceSampler):
+    """Reads trajectories in slot order, ignoring where the ring wrapped: an
+    episode written across the last slot is cut in two."""
+
+    def trajectories(self, storage, cursor: int):
+        return super().trajectories(storage, 0)
+
+
+def slice_ignores_ring_wrap():
+    return _adapter("slice-ignores-ring-wrap", SliceSampler=WrapBlindSliceSampler)
+
+
+class LengthWeightedSliceSampler(SliceSampler):
+    """Picks an episode with probability proportional to its length (the
+    episode of a uniform row) instead of uniformly among the eligible ones."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        num_slices, slice_len = self.shape(batch_size)
+        order, start, length = self.trajectories(storage, cursor)
+        eligible = torch.nonzero(length >= slice_len if self.strict_length else length > 0).flatten()
+        pick = torch.multinomial(length[eligible].double(), num_slices, replacement=True,
+                                 generator=generator)
+        traj = eligible[pick]
+        span = (length[traj] - slice_len).clamp(min=0) + 1
+        offset = torch.floor(torch.rand(num_slices, generator=generator, dtype=torch.float64) * span)
+        first = start[traj] + offset.long().minimum(span - 1)
+        rows = length[traj].clamp(max=slice_len)
+        position = torch.cat([torch.arange(f, f + r) for f, r in zip(first.tolist(), rows.tolist(), strict=True)])
+        return {"index": order[position], "traj": traj.repeat_interleave(rows)}
+
+
+def slice_episodes_weighted_by_length():
+    return _adapter("slice-episodes-weighted-by-length", SliceSampler=LengthWeightedSliceSampler)
+
+
+class DefaultBatchIgnoredBuffer(ReplayBuffer):
+    """``sample()`` without an argument draws 16 rows, whatever batch_size the
+    buffer was built with."""
+
+    def sample(self, batch_size=None):
+        return super().sample(16 if batch_size is None else batch_size)
+
+
+def default_batch_size_ignored():
+    return _adapter("default-batch-size-ignored", DefaultBatchIgnoredBuffer)
+
+
+def _always_copy_place_policy(policy, device, allow_in_place=True):
+    return reference_place_policy(policy, device, allow_in_place=False)
+
+
+def policy_always_copied():
+    return _adapter("policy-always-copied", place_policy=_always_copy_place_policy)
+
+
+def _never_copy_place_policy(policy, device, allow_in_place=True):
+    return policy
+
+
+def policy_never_copied():
+    return _adapter("policy-never-copied", place_policy=_never_copy_place_policy)
+
+
+# --------------------------------------------------------------------------
 # the table the meta test runs
 # --------------------------------------------------------------------------
 
@@ -493,6 +687,90 @@ MUTANTS = (
         "a load that unpickles a file of the checkpoint",
         ("test_checkpoint_faults.py",),
         ("test_damaged_checkpoint_is_refused_and_nothing_changes",),
+    ),
+    Mutant(
+        "bad_parameters_accepted",
+        "alpha, beta or eps out of range accepted",
+        ("test_bad_input.py",),
+        ("test_bad_buffer_description_is_refused",),
+    ),
+    Mutant(
+        "missing_checkpoint_ignored",
+        "a load from a missing or empty directory that does nothing",
+        ("test_checkpoint_faults.py",),
+        ("test_missing_or_empty_directory_is_refused",),
+    ),
+    Mutant(
+        "misfit_checkpoint_ignored",
+        "a checkpoint made for another buffer silently ignored",
+        ("test_checkpoint_faults.py",),
+        ("test_checkpoint_that_does_not_fit_is_refused",),
+    ),
+    Mutant(
+        "priority_transformed_twice_on_update",
+        "a priority transformed twice on update",
+        ("test_priority_transform.py",),
+        ("test_updated_priority_is_transformed_once",),
+    ),
+    Mutant(
+        "update_first_write_wins",
+        "a repeated index in one update where the first priority wins",
+        ("test_model_comparison.py",),
+        ("test_implementation_matches_reference_model",),
+    ),
+    Mutant(
+        "uniform_sampler_skips_last_slot",
+        "a uniform sampler that never draws the last slot",
+        ("test_sampling_distributions.py",),
+        ("test_uniform_sampling_matches_closed_form",),
+    ),
+    Mutant(
+        "prioritized_sampler_ignores_priorities",
+        "a prioritized sampler that draws uniformly",
+        ("test_sampling_distributions.py",),
+        ("test_prioritized_sampling_matches_closed_form",),
+    ),
+    Mutant(
+        "uniforms_mapped_differently",
+        "the same uniforms mapped to other slots than the reference's",
+        ("test_sampling_distributions.py",),
+        ("test_same_uniforms_give_same_indices_as_reference",),
+    ),
+    Mutant(
+        "strict_length_ignored",
+        "strict_length=True ignored: short episodes sliced",
+        ("test_sampling_distributions.py",),
+        ("test_short_episodes_are_sliced_only_without_strict_length",),
+    ),
+    Mutant(
+        "policy_always_copied",
+        "a policy deep-copied even when it could be used in place",
+        ("test_policy_placement.py",),
+        ("test_non_copyable_policy_is_used_in_place_when_no_copy_is_needed",),
+    ),
+    Mutant(
+        "policy_never_copied",
+        "a policy used in place when a private copy was asked for",
+        ("test_policy_placement.py",),
+        ("test_copyable_policy_is_copied_when_a_copy_is_asked_for",),
+    ),
+    Mutant(
+        "slice_ignores_ring_wrap",
+        "an episode written across the ring's last slot cut in two",
+        ("test_trajectory_slices.py",),
+        ("test_slices_run_across_the_ring_wrap",),
+    ),
+    Mutant(
+        "slice_episodes_weighted_by_length",
+        "slices that pick episodes by length instead of uniformly",
+        ("test_sampling_distributions.py",),
+        ("test_slice_sampling_matches_closed_form",),
+    ),
+    Mutant(
+        "default_batch_size_ignored",
+        "sample() ignoring the buffer's batch_size (the tutorial's example)",
+        ("test_trajectory_slices.py",),
+        ("test_trajectory_example_runs_as_written",),
     ),
     Mutant(
         "ring_eviction_off_by_one",

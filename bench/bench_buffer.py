@@ -69,6 +69,16 @@ def adapter_for(name: str, capability: str | None):
     return adapter
 
 
+def build_filled(bench, impl: str, operation: str, capacity: int) -> None:
+    """``bench.adapter``, ``.device`` and ``.buf`` (built and filled) for an
+    operation of ``wl.OPERATIONS``; NotImplementedError (asv: skipped) when
+    the implementation cannot run it."""
+    op = wl.OPERATIONS[operation]
+    bench.adapter = adapter_for(impl, op.capability)
+    bench.device = wl.bench_device(bench.adapter)
+    bench.buf = wl.build(bench.adapter, op, capacity, WIDTH, bench.device)
+
+
 def _check_sample(buf, rows, info, batch_size: int, capacity: int, sampler: str, where: str) -> None:
     index = wl.check_index(info["index"], batch_size, len(buf), where)
     wl.check_rows_match(rows, buf.contents().to("cpu"), index, where)
@@ -86,10 +96,7 @@ class Extend:
     timeout = 600
 
     def setup(self, impl, capacity, batch_size):
-        op = wl.OPERATIONS["extend"]
-        self.adapter = adapter_for(impl, op.capability)
-        self.device = wl.bench_device(self.adapter)
-        self.buf = wl.build(self.adapter, op, capacity, WIDTH, self.device)
+        build_filled(self, impl, "extend", capacity)
         self.data = wl.make_rows(batch_size, WIDTH, start=capacity, device=self.device)
 
     def time_extend(self, impl, capacity, batch_size):
@@ -103,10 +110,7 @@ class Add:
     timeout = 600
 
     def setup(self, impl, capacity):
-        op = wl.OPERATIONS["add"]
-        self.adapter = adapter_for(impl, op.capability)
-        self.device = wl.bench_device(self.adapter)
-        self.buf = wl.build(self.adapter, op, capacity, WIDTH, self.device)
+        build_filled(self, impl, "add", capacity)
         self.row = wl.make_rows(1, WIDTH, start=capacity, device=self.device)[0]
 
     def time_add(self, impl, capacity):
@@ -120,10 +124,7 @@ class Sample:
     timeout = 600
 
     def setup(self, impl, sampler, capacity, batch_size):
-        op = wl.OPERATIONS[f"sample_{sampler}"]
-        self.adapter = adapter_for(impl, op.capability)
-        self.device = wl.bench_device(self.adapter)
-        self.buf = wl.build(self.adapter, op, capacity, WIDTH, self.device)
+        build_filled(self, impl, f"sample_{sampler}", capacity)
         rows, info = self.buf.sample(batch_size)
         _check_sample(self.buf, rows, info, batch_size, capacity, sampler, f"Sample({impl})")
 
@@ -138,10 +139,7 @@ class UpdatePriority:
     timeout = 600
 
     def setup(self, impl, capacity, batch_size):
-        op = wl.OPERATIONS["update_priority"]
-        self.adapter = adapter_for(impl, op.capability)
-        self.device = wl.bench_device(self.adapter)
-        self.buf = wl.build(self.adapter, op, capacity, WIDTH, self.device)
+        build_filled(self, impl, "update_priority", capacity)
         g = torch.Generator().manual_seed(11)
         self.index = torch.randperm(capacity, generator=g)[:batch_size].to(self.device)
         priority = torch.rand(batch_size, generator=g) * 3.0 + 0.01
@@ -163,14 +161,11 @@ class Checkpoint:
     timeout = 600
 
     def setup(self, impl, capacity):
-        op = wl.OPERATIONS["save"]
-        self.adapter = adapter_for(impl, op.capability)
-        self.device = wl.bench_device(self.adapter)
-        self.buf = wl.build(self.adapter, op, capacity, WIDTH, self.device)
+        build_filled(self, impl, "save", capacity)
         self.dir = Path(tempfile.mkdtemp(prefix="rbcheck-asv-"))
         self.path = self.dir / "ckpt"
         self.buf.save(self.path)
-        self.target = self.adapter.make(wl.make_spec(op, capacity, 256, self.device))
+        self.target = self.adapter.make(wl.make_spec(wl.OPERATIONS["save"], capacity, 256, self.device))
         self.target.load(self.path)
         wl.check_same_state(self.target, self.buf, f"Checkpoint({impl})", prioritized=False)
 

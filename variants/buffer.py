@@ -84,25 +84,33 @@ class ReplayBuffer(ReferenceReplayBuffer):
         index = info["index"]
         generation = self.writer.generation
         index_there = index.to(generation.device)
-        pool = getattr(self.storage, "pool", None)
-        if pool is not None and isinstance(self.storage, DeviceStorage) \
-                and generation.device == self.storage.device:
-            out = pool.take("generation", index_there.shape, generation.dtype, generation.device)
-            rows = self.storage.gather(index, extra=((generation, out),))  # one pass for all
-            info["generation"] = out
+        if isinstance(self.writer, DeviceWriter):  # computed from the write count, no gather
+            out = self._generation_out(index_there.shape, generation.device)
+            info["generation"] = self.writer.generation_at(index_there, out)
         else:
             info["generation"] = torch.index_select(generation, 0, index_there)
-            rows = getattr(self.storage, "gather", self.storage.get)(index)
+        rows = getattr(self.storage, "gather", self.storage.get)(index)
         if self.transform is not None:
             rows = self.transform(rows)
         if self.pin_memory:
             rows, info = pinning.pin_sample(rows, info)  # looked up now: tests may replace it
         return rows, info
 
+    def _generation_out(self, shape, device) -> torch.Tensor:
+        pool = getattr(self.storage, "pool", None)
+        if pool is None:
+            return torch.empty(shape, dtype=torch.long, device=device)
+        return pool.take("generation", shape, torch.long, device)
+
     def update_priority(self, index, priority, generation=None) -> None:
-        """As the reference; the current generations are gathered with ``index_select``."""
+        """As the reference; the current generations from the writer (``generation_at``
+        for a ``DeviceWriter``, else ``index_select``)."""
         if not self.prioritized:
             raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
         index = check_index_fast(index, self.capacity)
-        current = self.writer.generation.index_select(0, index.to(self.writer.generation.device))
+        index_there = index.to(self.writer.generation.device)
+        if isinstance(self.writer, DeviceWriter):
+            current = self.writer.generation_at(index_there)
+        else:
+            current = self.writer.generation.index_select(0, index_there)
         self.sampler.update_priority(index, priority, generation, current_generation=current)

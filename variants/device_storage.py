@@ -5,6 +5,11 @@ Contract (the reference's, plus)
 --------
 * ``DeviceStorage(capacity, device)`` is a ``reference.TensorStorage`` (same
   lazy allocation, layout checks, ``get``/``set`` semantics, ``state_dict``).
+  On the CPU its columns are fields of one array of rows
+  (``interleaved_columns``: strided views, rows contiguous), so a random row
+  is one or two cache lines, not one per field; ``state_dict`` clones them
+  into ordinary contiguous tensors, and columns made by ``set`` or
+  ``load_state_dict`` are moved into such rows.
   ``write(first_slot, data)`` copies a batch of ``n`` rows to the slots
   ``first_slot, first_slot + 1, ...`` modulo capacity: per field ONE copy, or
   two when the batch wraps the ring end (only the last ``capacity`` rows of
@@ -26,12 +31,18 @@ Contract (the reference's, plus)
   bookkeeping about the data use it to notice writes they did not see.
 * ``DeviceWriter(capacity, device)`` is a ``reference.RoundRobinWriter`` whose
   ``generation`` lives on the device and is updated with at most two slices.
+  ``generation_at(index)`` is ``generation[index]`` computed from
+  ``write_count`` (a ring's generations always are
+  ``reference.writer.expected_generation``: its writes and its loader keep
+  them so), without a random read of the generation column per index.
 
 Cost: ``write`` O(n * row size); ``gather`` O(B * row size); memory as the
 reference.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -60,15 +71,54 @@ def check_index_fast(index, high: int, name: str = "index") -> torch.Tensor:
     return check_index(index, high, name)
 
 
-def gather_columns(columns, index: torch.Tensor, outs) -> None:
-    """``outs[c] = columns[c][index]`` (rows): one C call with prefetching for
-    contiguous CPU tensors when ``variants.native`` loads, else one
-    ``index_select(..., out=)`` per column. Both check the index's bounds."""
-    if columns and index.dtype == torch.long and native.usable(index, *columns, *outs):
-        native.gather_rows(columns, index, outs)
-        return
+def gather_columns(columns, index: torch.Tensor, outs, layouts=None) -> None:
+    """``outs[c] = columns[c][index]`` (rows): one C call with prefetching for CPU
+    columns whose rows are contiguous (row-major, or fields of interleaved
+    rows; ``layouts``: their ``native.row_layout``s when known) when
+    ``variants.native`` loads, else one ``index_select(..., out=)`` per column.
+    Both check the index's bounds."""
+    if columns and index.dtype == torch.long and native.usable(index, *outs) \
+            and all(c.device.type == "cpu" for c in columns):
+        layouts = [native.row_layout(c) for c in columns] if layouts is None else layouts
+        if all(layout is not None for layout in layouts):
+            native.gather_rows(columns, index, outs, layouts)
+            return
     for column, out in zip(columns, outs, strict=True):
         torch.index_select(column, 0, index, out=out)
+
+
+def layout_of(cols: dict) -> dict:
+    """``{key: (row shape, dtype)}`` of columns (``reference.storage.columns``)."""
+    return {key: (tuple(value.shape[1:]), value.dtype) for key, value in cols.items()}
+
+
+def interleaved_columns(capacity: int, layout: dict) -> dict:
+    """Zeroed CPU columns for ``layout`` (``{key: (row shape, dtype)}``) that are
+    fields of ONE row-major byte array: row ``i`` of every column lies side by
+    side in memory (fields ordered by decreasing element size, so each is
+    aligned; the row padded to the largest element size). A random row then
+    costs one or two cache lines instead of one per field: a sample's gather
+    of obs float32[8], action float32[2], reward float32[1] (48-byte rows) was
+    ~1.5x faster than from three separate arrays on the machine measured.
+    Each column is a strided view (rows contiguous, ``stride(0)`` the row
+    size); fields of no bytes get a tensor of their own."""
+    size = {key: math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            for key, (shape, dtype) in layout.items()}
+    item = {key: torch.empty((), dtype=dtype).element_size() for key, (_, dtype) in layout.items()}
+    offset, row = {}, 0
+    for key in sorted(layout, key=lambda k: -item[k]):  # powers of two: each offset aligned
+        offset[key], row = row, row + size[key]
+    align = max(item.values(), default=1)
+    row = max(-(-row // align) * align, 1)
+    backing = native.empty_huge((capacity, row), torch.uint8).zero_()
+    out = {}
+    for key, (shape, dtype) in layout.items():
+        if size[key] == 0:
+            out[key] = torch.zeros((capacity, *shape), dtype=dtype)
+        else:
+            field = backing[:, offset[key]:offset[key] + size[key]].view(dtype)
+            out[key] = field.view(capacity, *shape)
+    return out
 
 
 def default_device() -> torch.device:
@@ -147,20 +197,35 @@ class DeviceStorage(TensorStorage):
         super().__init__(capacity, default_device() if device is None else device)
         self.version = 0
         self._cols: list[tuple[tuple[str, ...], torch.Tensor]] = []
+        self._layouts: list = []
+        self._packed = None  # the TensorDict whose columns are interleaved rows
         self.pool = TensorPool()
 
     def _refresh(self) -> None:
+        if self.data is not None and self.device.type == "cpu" and self.data is not self._packed:
+            self._pack()  # columns made by the reference's set or load_state_dict
         self._cols = list(columns(self.data).items()) if self.data is not None else []
+        self._layouts = [native.row_layout(c) for _, c in self._cols]
         self.version += 1
 
+    def _pack(self) -> None:
+        """Move the columns (allocated by ``set`` or ``load_state_dict``) into interleaved rows."""
+        cols = columns(self.data)
+        packed = interleaved_columns(self.capacity, layout_of(cols))
+        data = TensorDict({}, batch_size=[self.capacity], device=self.device)
+        for key, value in cols.items():
+            data.set(key, packed[key].copy_(value))
+        self.data = self._packed = data
+
     def _allocate(self, data: TensorDictBase) -> None:
-        self.data = TensorDict({}, batch_size=[self.capacity], device=self.device)
-        for key, value in columns(data).items():
-            shape = (self.capacity, *value.shape[1:])
-            if self.device.type == "cpu":  # huge pages: random row gathers miss the TLB less
-                column = native.empty_huge(shape, value.dtype).zero_()
-            else:
-                column = torch.zeros(shape, dtype=value.dtype, device=self.device)
+        layout = layout_of(columns(data))
+        if self.device.type == "cpu":  # one array of rows; huge pages (fewer TLB misses)
+            cols = interleaved_columns(self.capacity, layout)
+        else:
+            cols = {key: torch.zeros((self.capacity, *shape), dtype=dtype, device=self.device)
+                    for key, (shape, dtype) in layout.items()}
+        self.data = self._packed = TensorDict({}, batch_size=[self.capacity], device=self.device)
+        for key, column in cols.items():
             self.data.set(key, column)
 
     def write(self, first: int, data: TensorDictBase, checked: bool = False) -> None:
@@ -187,10 +252,8 @@ class DeviceStorage(TensorStorage):
     def get(self, index) -> TensorDictBase:
         return self.gather(check_index_fast(index, self.size).to(self.device))
 
-    def gather(self, index: torch.Tensor, extra=()) -> TensorDictBase:
-        """The rows at ``index`` (unchecked: the caller guarantees ``0 <= index < size``);
-        ``extra``: ``(column, out)`` pairs gathered at ``index`` in the same pass
-        (the buffer's writer generations)."""
+    def gather(self, index: torch.Tensor) -> TensorDictBase:
+        """The rows at ``index`` (unchecked: the caller guarantees ``0 <= index < size``)."""
         index = index.to(self.device)
         batch = torch.Size([len(index)])
         tree: dict = {}
@@ -202,8 +265,7 @@ class DeviceStorage(TensorStorage):
             out = self.pool.take(key, (len(index), *column.shape[1:]), column.dtype, column.device)
             outs.append(out)
             node[key[-1]] = out
-        gather_columns([column for _, column in self._cols] + [c for c, _ in extra], index,
-                       outs + [o for _, o in extra])
+        gather_columns([column for _, column in self._cols], index, outs, self._layouts)
         return _to_tensordict(tree, batch, self.device)
 
     def load_state_dict(self, state: dict) -> None:
@@ -238,6 +300,18 @@ class DeviceWriter(RoundRobinWriter):
         self.write_count += n
         self.cursor = self.write_count % self.capacity
         return index
+
+    def generation_at(self, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``generation[index]`` (int64, on ``index``'s device; into ``out`` when given)
+        for an index in ``[0, capacity)`` (the caller checked it)."""
+        count, capacity = self.write_count, self.capacity
+        if out is None:
+            out = torch.empty_like(index)
+        if native.usable(index, out):
+            return native.ring_generation(index, count, capacity, out)
+        # expected_generation at index: s + floor((count - 1 - s) / capacity) * capacity, or -1
+        last = index + torch.div(count - 1 - index, capacity, rounding_mode="floor") * capacity
+        return out.copy_(torch.where(index < count, last, -1))
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

@@ -14,9 +14,10 @@ repetitions of:
   ``variants.native`` loads) and the device variant with the native path
   suspended (its torch ops);
 * the floor: a plain ``index_select`` of the rows of a sample from the same
-  columns, into fresh tensors. "rows" cycles through the index sets of 64
-  earlier samples, so the rows are as cold in the caches as a new sample's;
-  "warm" repeats one index set (the rows stay cached: a lower floor);
+  data laid out as separate contiguous columns (the reference's layout; the
+  variant's CPU storage interleaves the fields of a row), into fresh tensors.
+  "rows" cycles through the index sets of 64 earlier samples, so the rows
+  are as cold in the caches as a new sample's; "warm" repeats one index set (the rows stay cached: a lower floor);
 * ``update_priority`` of ``batch`` random slots.
 
 Ratios for every thread count (``--threads``) are printed together at the end.
@@ -112,7 +113,11 @@ def main(argv=None) -> dict:
         agree = float((got == want).double().mean())
         print(f"{k}: fraction of indices equal to the reference's: {agree:.6f}")
     var = buffers["device"]
-    columns = [var.storage.data[key] for key in ("obs", "action", "reward")]
+    # the floor reads separate contiguous columns (the reference's layout, huge pages where
+    # the variant's storage has them), not the variant's interleaved rows
+    held = [var.storage.data[key] for key in ("obs", "action", "reward")]
+    columns = [native.empty_huge(c.shape, c.dtype).copy_(c) if c.device.type == "cpu"
+               else c.contiguous() for c in held]
     index_sets = [var.sample(batch)[1]["index"].clone() for _ in range(64)]
     turn = iter(range(1 << 62))
     g = torch.Generator().manual_seed(2)

@@ -16,12 +16,15 @@ slower, never different.
 What runs in C: the descent (``find_prefix``; for the sampler fused with
 ``mass = u * total`` and ``n * (leaf / total)`` in ``sample_prefix``), the
 batched update of one or two trees (``update``), the weights' final division
-and float32 conversion, the row gathers of a sample (``gather_rows``) and the
+and float32 conversion, the row gathers of a sample (``gather_rows``, from
+row-major columns or fields of interleaved rows), a ring writer's
+generations at sampled slots (``ring_generation``, arithmetic) and the
 happy-path checks of indices and priorities. The descent is level-synchronous
-over the batch with software prefetch: bound by cache/TLB misses (about 8 of
-the 20 levels of a 2^20 tree miss the private caches), not by arithmetic.
-``empty_huge`` (no compiler needed) asks Linux for transparent huge pages for
-large CPU tensors (trees, storage columns).
+over the batch with software prefetch, three levels per pass; on the bottom
+six levels a pass reads one cache line of eight nodes and recomputes the two
+levels above them (bit-identical sums): bound by cache misses, not by
+arithmetic (see ``tree.c``). ``empty_huge`` (no compiler needed) asks Linux
+for transparent huge pages for large CPU tensors (trees, storage rows).
 
 Contract of the calls (the caller guarantees it; ``vector_tree``,
 ``prioritized`` and ``device_storage`` do): the library is loaded
@@ -51,7 +54,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("tree.c")
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
-ABI_VERSION = 4
+ABI_VERSION = 7
 
 _state: dict = {}  # "lib": CDLL or None, "reason": str or None
 
@@ -127,8 +130,10 @@ def _build() -> ctypes.CDLL:
     lib.rb_sample_prefix.restype = None
     lib.rb_divide_to_float.argtypes = [p, i64, ctypes.c_double, p]
     lib.rb_divide_to_float.restype = None
-    lib.rb_gather_rows.argtypes = [i64, p, p, p, p, i64, i64]
+    lib.rb_gather_rows.argtypes = [i64, p, p, p, p, p, i64, i64]
     lib.rb_gather_rows.restype = i64
+    lib.rb_ring_generation.argtypes = [p, i64, i64, i64, p]
+    lib.rb_ring_generation.restype = None
     lib.rb_index_in_range.argtypes = [p, i64, i64]
     lib.rb_index_in_range.restype = i64
     lib.rb_all_finite_nonneg.argtypes = [p, i64]
@@ -225,21 +230,44 @@ def divide_to_float(w: torch.Tensor, c: float, out: torch.Tensor) -> torch.Tenso
     return out
 
 
-def gather_rows(columns, index: torch.Tensor, outs) -> None:
-    """``outs[c][i] = columns[c][index[i]]`` for row-major contiguous CPU tensors of
-    equal first dimension (``outs`` contiguous, ``len(index)`` rows); ValueError
-    (nothing copied) for an index outside the columns."""
+def row_layout(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """``(stride, row_bytes)`` in bytes when each row ``tensor[i]`` is contiguous
+    (a row-major tensor, or a field of interleaved rows), else None."""
+    if tensor.dim() == 0:
+        return None
+    expected = 1
+    for size, step in zip(reversed(tensor.shape[1:]), reversed(tensor.stride()[1:]), strict=True):
+        if size != 1 and step != expected:
+            return None
+        expected *= size
+    size = tensor.element_size()
+    return tensor.stride(0) * size, expected * size
+
+
+def gather_rows(columns, index: torch.Tensor, outs, layouts=None) -> None:
+    """``outs[c][i] = columns[c][index[i]]`` for CPU tensors of equal first dimension
+    whose rows are contiguous (``layouts``: their ``row_layout``s, computed when
+    not given), ``outs`` contiguous with ``len(index)`` rows; ValueError (nothing
+    copied) for an index outside the columns."""
+    layouts = [row_layout(c) for c in columns] if layouts is None else layouts
     k = len(columns)
-    ptrs = (ctypes.c_int64 * (3 * k))(*[c.data_ptr() for c in columns],
-                                      *[c.element_size() * (c.numel() // max(c.shape[0], 1))
-                                        for c in columns],
-                                      *[o.data_ptr() for o in outs])
+    ptrs = (ctypes.c_int64 * (4 * k))(*[c.data_ptr() for c in columns], *[s for s, _ in layouts],
+                                      *[b for _, b in layouts], *[o.data_ptr() for o in outs])
     base = ctypes.addressof(ptrs)
     rows = min(c.shape[0] for c in columns)
-    code = _state["lib"].rb_gather_rows(k, base, base + 8 * k, base + 16 * k, index.data_ptr(),
-                                        index.shape[0], rows)
+    code = _state["lib"].rb_gather_rows(k, base, base + 8 * k, base + 16 * k, base + 24 * k,
+                                        index.data_ptr(), index.shape[0], rows)
     if code > 0:
         raise ValueError(f"index={int(index[code - 1])}, but should be in [0, {rows})")
+
+
+def ring_generation(index: torch.Tensor, write_count: int, capacity: int,
+                    out: torch.Tensor) -> torch.Tensor:
+    """``out`` (int64) = generations of ring slots ``index`` (in ``[0, capacity)``)
+    after ``write_count`` rows: ``reference.writer.expected_generation`` at ``index``."""
+    _state["lib"].rb_ring_generation(index.data_ptr(), index.shape[0], write_count, capacity,
+                                     out.data_ptr())
+    return out
 
 
 def index_in_range(index: torch.Tensor, high: int) -> bool:

@@ -31,10 +31,11 @@ Contract (the reference's, plus)
   bookkeeping about the data use it to notice writes they did not see.
 * ``DeviceWriter(capacity, device)`` is a ``reference.RoundRobinWriter`` whose
   ``generation`` lives on the device and is updated with at most two slices.
-  ``generation_at(index)`` is ``generation[index]`` computed from
-  ``write_count`` (a ring's generations always are
+  ``generation_at(index)`` is ``generation[index]``; on the CPU computed
+  from ``write_count`` (a ring's generations always are
   ``reference.writer.expected_generation``: its writes and its loader keep
-  them so), without a random read of the generation column per index.
+  them so), without a random read of the generation column per index; on
+  an accelerator one gather.
 
 Cost: ``write`` O(n * row size); ``gather`` O(B * row size); memory as the
 reference.
@@ -309,6 +310,8 @@ class DeviceWriter(RoundRobinWriter):
             out = torch.empty_like(index)
         if native.usable(index, out):
             return native.ring_generation(index, count, capacity, out)
+        if index.device.type != "cpu":  # one gather kernel; the arithmetic would be several
+            return torch.index_select(self.generation, 0, index, out=out)
         # expected_generation at index: s + floor((count - 1 - s) / capacity) * capacity, or -1
         last = index + torch.div(count - 1 - index, capacity, rounding_mode="floor") * capacity
         return out.copy_(torch.where(index < count, last, -1))

@@ -75,10 +75,20 @@ def edge_masses(ref_tree: reference.SumTree, g: torch.Generator, n: int = 256) -
 # ----------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["vector", "scalar"])
+def descent_code(request):
+    """Runs a test with the descent's AVX2 line pass, then with its scalar code."""
+    if request.param == "vector" and not native.vector_descent():
+        pytest.skip("this CPU has no AVX2: only the scalar descent runs here")
+    native.vector_descent(request.param == "vector")
+    yield request.param
+    native.vector_descent(True)
+
+
 @needs_native
-@pytest.mark.parametrize("capacity", CAPACITIES)
+@pytest.mark.parametrize("capacity", CAPACITIES + [1 << 14])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_descent_native_equals_torch_path_and_reference(capacity, seed):
+def test_descent_native_equals_torch_path_and_reference(capacity, seed, descent_code):
     g = torch.Generator().manual_seed(seed)
     ref = reference.SumTree(capacity)
     ref.update(torch.arange(capacity), random_leaves(capacity, g))
@@ -116,7 +126,7 @@ def test_descent_ignores_non_contiguous_outputs_and_inputs():
 
 
 @needs_native
-def test_threaded_draw_equals_single_threaded_and_reference():
+def test_threaded_draw_equals_single_threaded_and_reference(descent_code):
     g = torch.Generator().manual_seed(4)
     ref = reference.SumTree(3000)
     ref.update(torch.arange(3000), random_leaves(3000, g) + 1e-3)

@@ -54,7 +54,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("tree.c")
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 _state: dict = {}  # "lib": CDLL or None, "reason": str or None
 
@@ -132,6 +132,8 @@ def _build() -> ctypes.CDLL:
     lib.rb_divide_to_float.restype = None
     lib.rb_gather_rows.argtypes = [i64, p, p, p, p, p, i64, i64]
     lib.rb_gather_rows.restype = i64
+    lib.rb_simd.argtypes = [i64]
+    lib.rb_simd.restype = i64
     lib.rb_ring_generation.argtypes = [p, i64, i64, i64, p]
     lib.rb_ring_generation.restype = None
     lib.rb_index_in_range.argtypes = [p, i64, i64]
@@ -188,6 +190,13 @@ def reset() -> None:
 def usable(*tensors: torch.Tensor) -> bool:
     """Whether the native path applies to these tensors (CPU, contiguous) and loads."""
     return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors) and lib() is not None
+
+
+def vector_descent(enabled: bool | None = None) -> bool:
+    """Whether the descent uses its AVX2 line pass (x86-64 CPUs with AVX2);
+    ``enabled=False`` turns it off, ``True`` back on where the CPU has it. The
+    scalar code gives the same bits (tests run both)."""
+    return bool(_state["lib"].rb_simd(-1 if enabled is None else int(enabled)))
 
 
 def find_prefix(nodes: torch.Tensor, mass: torch.Tensor, size: int, index: torch.Tensor,

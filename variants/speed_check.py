@@ -2,6 +2,7 @@
 
     python -m variants.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
                                    [--threads 1,0]  # 0: torch's default
+                                   [--scalar]  # the descent's scalar code, not AVX2
 
 Fills a reference buffer and the variants with the same rows (obs
 float32[8], action float32[2], reward float32[1]) and priorities, checks that
@@ -95,6 +96,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--device", default=str(variants.default_device()))
+    parser.add_argument("--scalar", action="store_true",
+                        help="the native descent's scalar code even where the CPU has AVX2 "
+                             "(what a CPU without AVX2 runs)")
     parser.add_argument("--threads", default="1,0",
                         help="comma-separated torch CPU thread counts, 0 = torch's default "
                              "(on a busy 2-core machine 1 is far less noisy)")
@@ -103,6 +107,8 @@ def main(argv=None) -> dict:
     cap, batch, device = args.capacity, args.batch, args.device
     cpu = not device.startswith("cuda")
     print(f"native path: {'on' if native.available() else 'OFF: ' + str(native.unavailable_reason())}")
+    if native.available():
+        print(f"native descent: {'AVX2' if native.vector_descent(not args.scalar) else 'scalar'}")
     kinds = ["reference", "device"] + (["triton"] if not cpu else [])
     buffers = {k: build(k, cap, "cpu" if k == "reference" else device) for k in kinds}
     for buffer in buffers.values():

@@ -93,9 +93,9 @@ def layout_of(cols: dict) -> dict:
     return {key: (tuple(value.shape[1:]), value.dtype) for key, value in cols.items()}
 
 
-def interleaved_columns(capacity: int, layout: dict) -> dict:
-    """Zeroed CPU columns for ``layout`` (``{key: (row shape, dtype)}``) that are
-    fields of ONE row-major byte array: row ``i`` of every column lies side by
+def interleaved_columns(capacity: int, layout: dict, zeroed: bool = True) -> dict:
+    """CPU columns for ``layout`` (``{key: (row shape, dtype)}``; zeroed unless
+    ``zeroed=False``) that are fields of ONE row-major byte array: row ``i`` of every column lies side by
     side in memory (fields ordered by decreasing element size, so each is
     aligned; the row padded to the largest element size). A random row then
     costs one or two cache lines instead of one per field: a sample's gather
@@ -111,11 +111,13 @@ def interleaved_columns(capacity: int, layout: dict) -> dict:
         offset[key], row = row, row + size[key]
     align = max(item.values(), default=1)
     row = max(-(-row // align) * align, 1)
-    backing = native.empty_huge((capacity, row), torch.uint8).zero_()
+    backing = native.empty_huge((capacity, row), torch.uint8)
+    if zeroed:
+        backing.zero_()
     out = {}
     for key, (shape, dtype) in layout.items():
         if size[key] == 0:
-            out[key] = torch.zeros((capacity, *shape), dtype=dtype)
+            out[key] = torch.empty((capacity, *shape), dtype=dtype)  # no bytes to zero
         else:
             field = backing[:, offset[key]:offset[key] + size[key]].view(dtype)
             out[key] = field.view(capacity, *shape)
@@ -210,12 +212,21 @@ class DeviceStorage(TensorStorage):
         self.version += 1
 
     def _pack(self) -> None:
-        """Move the columns (allocated by ``set`` or ``load_state_dict``) into interleaved rows."""
+        """Move the columns (allocated by ``set`` or ``load_state_dict``) into interleaved
+        rows: the ones already allocated when the layout is the same (a reload), else
+        new ones."""
         cols = columns(self.data)
-        packed = interleaved_columns(self.capacity, layout_of(cols))
-        data = TensorDict({}, batch_size=[self.capacity], device=self.device)
+        layout = layout_of(cols)
+        if self._packed is not None and layout_of(columns(self._packed)) == layout:
+            data = self._packed
+            packed = columns(data)
+        else:
+            packed = interleaved_columns(self.capacity, layout, zeroed=False)  # all overwritten
+            data = TensorDict({}, batch_size=[self.capacity], device=self.device)
+            for key, column in packed.items():
+                data.set(key, column)
         for key, value in cols.items():
-            data.set(key, packed[key].copy_(value))
+            packed[key].copy_(value)
         self.data = self._packed = data
 
     def _allocate(self, data: TensorDictBase) -> None:

@@ -64,8 +64,8 @@ static inline double select_or_zero(double l, int64_t flag)
         (k) = 2 * (k) + go_right_;                                               \
     } while (0)
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 5))
+#include <immintrin.h> /* the AVX2 descent: GCC 5+ or clang (target attributes) */
 #define RB_X86 1
 /* Whether the descent uses its AVX2 line pass: the CPU runs AVX2 (asked
  * once; the library is built for any x86-64) and rb_simd has not turned it

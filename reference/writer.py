@@ -74,6 +74,10 @@ class RoundRobinWriter:
 
 def expected_generation(write_count: int, capacity: int) -> torch.Tensor:
     """``generation`` of a ring that has written ``write_count`` rows (-1: never written)."""
-    slot = torch.arange(capacity)
+    return ring_generation(torch.arange(capacity), write_count, capacity)
+
+
+def ring_generation(slot: torch.Tensor, write_count: int, capacity: int) -> torch.Tensor:
+    """The row number last written to each ``slot`` after ``write_count`` rows (-1: never)."""
     last = slot + (write_count - 1 - slot).div(capacity, rounding_mode="floor") * capacity
     return torch.where(slot < write_count, last, -1)

@@ -51,7 +51,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from reference.storage import TensorStorage, as_tensor, check_index, columns
-from reference.writer import RoundRobinWriter
+from reference.writer import RoundRobinWriter, ring_generation
 
 from . import native
 
@@ -220,24 +220,23 @@ class DeviceStorage(TensorStorage):
         cols = columns(self.data)
         layout = layout_of(cols)
         if self._packed is not None and layout_of(columns(self._packed)) == layout:
-            data = self._packed
-            packed = columns(data)
+            packed = columns(self._packed)
         else:
             packed = interleaved_columns(self.capacity, layout, zeroed=False)  # all overwritten
-            data = TensorDict({}, batch_size=[self.capacity], device=self.device)
-            for key, column in packed.items():
-                data.set(key, column)
         for key, value in cols.items():
             packed[key].copy_(value)
-        self.data = self._packed = data
+        self._install(packed)
 
     def _allocate(self, data: TensorDictBase) -> None:
         layout = layout_of(columns(data))
         if self.device.type == "cpu":  # one array of rows; huge pages (fewer TLB misses)
-            cols = interleaved_columns(self.capacity, layout)
+            self._install(interleaved_columns(self.capacity, layout))
         else:
-            cols = {key: torch.zeros((self.capacity, *shape), dtype=dtype, device=self.device)
-                    for key, (shape, dtype) in layout.items()}
+            self._install({key: torch.zeros((self.capacity, *shape), dtype=dtype, device=self.device)
+                           for key, (shape, dtype) in layout.items()})
+
+    def _install(self, cols: dict) -> None:
+        """Make ``cols`` (``{key: column}``, in layout order) the storage's data."""
         self.data = self._packed = TensorDict({}, batch_size=[self.capacity], device=self.device)
         for key, column in cols.items():
             self.data.set(key, column)
@@ -325,9 +324,7 @@ class DeviceWriter(RoundRobinWriter):
             return native.ring_generation(index, count, capacity, out)
         if index.device.type != "cpu":  # one gather kernel; the arithmetic would be several
             return torch.index_select(self.generation, 0, index, out=out)
-        # expected_generation at index: s + floor((count - 1 - s) / capacity) * capacity, or -1
-        last = index + torch.div(count - 1 - index, capacity, rounding_mode="floor") * capacity
-        return out.copy_(torch.where(index < count, last, -1))
+        return out.copy_(ring_generation(index, count, capacity))
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

@@ -253,12 +253,11 @@ def row_layout(tensor: torch.Tensor) -> tuple[int, int] | None:
     return tensor.stride(0) * size, expected * size
 
 
-def gather_rows(columns, index: torch.Tensor, outs, layouts=None) -> None:
+def gather_rows(columns, index: torch.Tensor, outs, layouts) -> None:
     """``outs[c][i] = columns[c][index[i]]`` for CPU tensors of equal first dimension
-    whose rows are contiguous (``layouts``: their ``row_layout``s, computed when
-    not given), ``outs`` contiguous with ``len(index)`` rows; ValueError (nothing
-    copied) for an index outside the columns."""
-    layouts = [row_layout(c) for c in columns] if layouts is None else layouts
+    whose rows are contiguous (``layouts``: their ``row_layout``s), ``outs``
+    contiguous with ``len(index)`` rows; ValueError (nothing copied) for an index
+    outside the columns."""
     k = len(columns)
     ptrs = (ctypes.c_int64 * (4 * k))(*[c.data_ptr() for c in columns], *[s for s, _ in layouts],
                                       *[b for _, b in layouts], *[o.data_ptr() for o in outs])

@@ -38,7 +38,7 @@ def tests(session: nox.Session) -> None:
     # everything with the reference as --impl (the asv benchmarks' smoke run
     # is tests/test_asv_smoke.py)
     for variant in VARIANTS:
-        session.run("pytest", "tests/conformance", "--impl", variant, "-q", "-p", "no:cacheprovider")
+        session.run("pytest", "rbcheck/conformance", "--impl", variant, "-q", "-p", "no:cacheprovider")
     session.run("pytest", "bench/micro", "--benchmark-disable", "-q", "-p", "no:cacheprovider")
     session.run("pytest")
 
@@ -56,7 +56,7 @@ def validate(session: nox.Session) -> None:
     .json. Fails only when the reference or a variant fails."""
     install(session, "test", "torchrl")
     session.env.setdefault("RBCHECK_PROFILE", "ci")
-    session.run("python", "-m", "harness.report", *session.posargs)
+    session.run("python", "-m", "rbcheck.harness.report", *session.posargs)
 
 
 @nox.session

@@ -31,7 +31,7 @@ WRITE_BATCH = [4096]  # extend, update_priority
 
 def _impl_names() -> list[str]:
     try:
-        from harness.adapters import builtin_names
+        from rbcheck.harness.adapters import builtin_names
 
         names = list(builtin_names())
     except ImportError:  # an old commit without the adapter registry
@@ -54,7 +54,7 @@ def adapter_for(name: str, capability: str | None):
     """The adapter, or ``NotImplementedError`` (asv: skipped) with the reason."""
     if name not in _LOADED:
         try:  # an old commit may predate the adapter registry: skipped, not failed
-            from harness.adapters import load_adapter
+            from rbcheck.harness.adapters import load_adapter
 
             _LOADED[name] = load_adapter(name)
         except Exception as exc:  # noqa: BLE001 - becomes the skip reason

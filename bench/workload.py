@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from harness.protocol import Adapter, BufferSpec, BufferUnderTest
+from rbcheck.harness.protocol import Adapter, BufferSpec, BufferUnderTest
 
 #: Sizes of the pytest-benchmark grid, by mode (env ``RBCHECK_BENCH``).
 GRIDS = {
@@ -350,7 +350,7 @@ def model_prioritized_sampler(capacity: int, leaves: torch.Tensor):
     """A ``reference.PrioritizedSampler`` whose sum tree holds ``leaves``, built
     bottom up as ``left + right`` (the SumTree contract's node layout), i.e. the
     same float64 tree the reference reaches after writing those leaves."""
-    from reference import PrioritizedSampler
+    from rbcheck.reference import PrioritizedSampler
 
     sampler = PrioritizedSampler(capacity, ALPHA, BETA, EPS)
     tree = sampler.sum_tree
@@ -363,7 +363,7 @@ def model_prioritized_sampler(capacity: int, leaves: torch.Tensor):
 
 
 def reference_uniform_indices(u: torch.Tensor, size: int) -> torch.Tensor:
-    from reference import RandomSampler
+    from rbcheck.reference import RandomSampler
 
     return RandomSampler().indices_from_uniforms(u, size)
 
@@ -371,7 +371,7 @@ def reference_uniform_indices(u: torch.Tensor, size: int) -> torch.Tensor:
 def reference_stored_after_update(capacity: int, index: torch.Tensor, priority: torch.Tensor) -> torch.Tensor:
     """What ``reference.PrioritizedSampler`` stores for ``index`` after
     ``update_priority(index, priority)``."""
-    from reference import PrioritizedSampler
+    from rbcheck.reference import PrioritizedSampler
 
     sampler = PrioritizedSampler(capacity, ALPHA, BETA, EPS)
     sampler.update_priority(index, priority)

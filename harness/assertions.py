@@ -66,7 +66,7 @@ def loadable_name(adapter: Any) -> str:
     argument of this pytest run when it selected this adapter (e.g.
     ``"pkg.module:factory"``), else the adapter's own name."""
     try:
-        from harness import pytest_plugin
+        from rbcheck.harness import pytest_plugin
 
         state = getattr(pytest_plugin, "_current", None)
         if state is not None and state.adapter is adapter:

@@ -4,7 +4,7 @@ results are reported.
 Options (each with an environment variable):
 
 * ``--impl NAME`` (``RBCHECK_IMPL``, default ``reference``): a built-in name
-  (``harness.adapters.builtin_names()``) or ``pkg.module:factory``.
+  (``rbcheck.harness.adapters.builtin_names()``) or ``pkg.module:factory``.
 * ``--rbcheck-profile {ci,dev,thorough}`` (``RBCHECK_PROFILE``, default
   ``dev``): the Hypothesis settings profile.
 * ``--rbcheck-device DEVICE`` (``RBCHECK_DEVICE``, default ``cpu``): where
@@ -12,7 +12,7 @@ Options (each with an environment variable):
   with the default ``device="cpu"`` is moved there (``cuda`` needs the
   ``cuda`` capability and is skipped as unavailable without a GPU).
 * ``--rbcheck-results PATH``: write every test outcome as JSON (read by
-  ``python -m harness.report``).
+  ``python -m rbcheck.harness.report``).
 * ``--rbcheck-known-failures PATH``: a known-failures file to use instead of
   the adapter's own (``harness/known_failures/<name>.txt``).
 
@@ -24,7 +24,7 @@ Fixtures: ``impl`` (the Adapter), ``make_buffer(spec=None, **fields)``,
 the results file records the latter as ``unavailable``, never as a pass.
 
 Known-failures files hold one test id per line followed by
-``# reason (link)``. An id is a node id (``tests/conformance/test_x.py::test_y[p]``),
+``# reason (link)``. An id is a node id (``rbcheck/conformance/test_x.py::test_y[p]``),
 or its tail (``test_x.py::test_y``, ``test_y``); without ``[...]`` it covers
 every parametrization. Matching tests are marked xfail (non-strict: a fixed
 bug shows up as XPASS); an id that matches no collected test warns.
@@ -43,8 +43,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness.adapters import AdapterLoadError, load_adapter
-from harness.protocol import CAPABILITIES, Adapter, BufferSpec
+from rbcheck.harness.adapters import AdapterLoadError, load_adapter
+from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
 
 DEFAULT_IMPL = "reference"
 DEFAULT_PROFILE = "dev"
@@ -110,6 +110,23 @@ def parse_known_failures(path: Path) -> list[KnownFailure]:
             reason = "no reason given"
         entries.append(KnownFailure(test_id, reason, number))
     return entries
+
+
+def suite_relative(nodeid: str) -> str:
+    """``nodeid`` relative to the conformance suite (``test_x.py::test_y[p]``),
+    wherever the suite was collected from (a checkout or an installed rbcheck);
+    other node ids are returned unchanged."""
+    head, sep, tail = nodeid.partition("::")
+    parts = head.split("/")
+    if "conformance" in parts[:-1]:
+        cut = len(parts) - 1 - parts[::-1].index("conformance")
+        return "/".join(parts[cut + 1:]) + sep + tail
+    return nodeid
+
+
+def in_suite(nodeid: str) -> bool:
+    """Whether ``nodeid`` is a test of the conformance suite."""
+    return suite_relative(nodeid) != nodeid
 
 
 def id_matches(test_id: str, nodeid: str) -> bool:
@@ -178,7 +195,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--rbcheck-results",
         dest="rbcheck_results",
         default=None,
-        help="write every test outcome to this JSON file (for python -m harness.report)",
+        help="write every test outcome to this JSON file (for python -m rbcheck.harness.report)",
     )
     group.addoption(
         "--rbcheck-known-failures",
@@ -374,7 +391,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         in_run = any(f == file_part or f.endswith("/" + file_part) for f in collected_files)
         if file_part and not in_run and _on_disk(root, file_part):
             continue  # its file is not part of this run: nothing to say
-        if not file_part and not any(i.nodeid.startswith("tests/conformance/") for i in items):
+        if not file_part and not any(in_suite(i.nodeid) for i in items):
             continue  # a bare name, and the conformance suite is not being run
         message = (
             f"known failure id={entry.test_id!r} ({state.known_failures_path}:{entry.line}) "

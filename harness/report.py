@@ -1,9 +1,9 @@
 """The conformance report: every property against every implementation.
 
-    python -m harness.report [--impl NAME ...] [--out reports/] [--profile ci]
+    python -m rbcheck.harness.report [--impl NAME ...] [--out reports/] [--profile ci]
 
 For each implementation (default: every built-in name) the conformance suite
-(``tests/conformance``) runs in its own pytest subprocess with
+(``rbcheck.conformance``) runs in its own pytest subprocess with
 ``--rbcheck-results``; an implementation whose adapter does not load is a
 column of "unavailable (why)". The table (property x implementation) is
 printed and written to ``<out>/conformance.md`` and ``<out>/conformance.json``.
@@ -32,13 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.adapters import builtin_names, load_adapter
+import rbcheck.conformance
+from rbcheck.harness.adapters import builtin_names, load_adapter
+from rbcheck.harness.pytest_plugin import suite_relative
 
 THIRD_PARTY = frozenset({"torchrl"})
 #: Catalogues of bad inputs and faults, summarised per implementation (file -> label).
 ROBUSTNESS = {"test_bad_input.py": "bad input", "test_checkpoint_faults.py": "checkpoint faults"}
 TRIED = ("pass", "fail", "error", "xfail", "xpass")
-SUITE = "tests/conformance"
+#: The conformance suite: a package inside the installed rbcheck.
+SUITE = str(Path(rbcheck.conformance.__file__).resolve().parent)
 CELL_WIDTH_MD = 140
 CELL_WIDTH_TEXT = 48
 
@@ -77,8 +80,7 @@ def is_third_party(name: str) -> bool:
 
 def row_id(nodeid: str) -> str:
     """A test's row in the table: its node id relative to the suite."""
-    prefix = SUITE.rstrip("/") + "/"
-    return nodeid[len(prefix):] if nodeid.startswith(prefix) else nodeid
+    return suite_relative(nodeid)
 
 
 def cell_text(outcome: str, message: str) -> str:
@@ -300,7 +302,7 @@ def run_one(name: str, profile: str, extra: list[str], workdir: Path) -> ImplRes
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rbcheck.harness.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", action="append", default=None,
                         help="implementation to include (repeatable; default: every built-in name)")
     parser.add_argument("--out", default="reports", help="directory for conformance.md/.json")
@@ -313,8 +315,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     results: list[ImplResult] = []
-    if not args.from_results and not Path(SUITE).is_dir():
-        parser.error(f"suite={SUITE!r} is not a directory here, but should be: run from the repository root")
     if args.from_results:
         for entry in args.from_results:
             name, sep, path = entry.partition("=")
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         names = args.impl or builtin_names()
         with tempfile.TemporaryDirectory() as tmp:
             for name in names:
-                print(f"[rbcheck report] running {SUITE} --impl {name} ...", file=sys.stderr, flush=True)
+                print(f"[rbcheck report] running the conformance suite --impl {name} ...", file=sys.stderr, flush=True)
                 results.append(run_one(name, args.profile, args.pytest_arg, Path(tmp)))
 
     report = build(results)

@@ -38,7 +38,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from harness.assertions import (
+from rbcheck.harness.assertions import (
     Trace,
     assert_close,
     assert_same,
@@ -46,8 +46,8 @@ from harness.assertions import (
     assert_tensor_equal,
     fail,
 )
-from harness.protocol import Adapter
-from harness.strategies import layouts, priorities, specs
+from rbcheck.harness.protocol import Adapter
+from rbcheck.harness.strategies import layouts, priorities, specs
 
 #: relative tolerance for stored priorities: float64 ``pow`` may differ by an
 #: ulp or two between math libraries (CPU vs CUDA); transforming twice or
@@ -348,7 +348,7 @@ def declared_samplers(
 
 
 def replay(buf, layout, ops, trace: Trace, *, first_id: int = 0) -> int:
-    """Apply ``ops`` (from :func:`harness.strategies.operations`) to ``buf``,
+    """Apply ``ops`` (from :func:`rbcheck.harness.strategies.operations`) to ``buf``,
     recording each call on ``trace``; returns the next unused row id."""
     next_id = first_id
     last_index = None

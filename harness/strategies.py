@@ -21,7 +21,7 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict, TensorDictBase
 
-from harness.protocol import BufferSpec
+from rbcheck.harness.protocol import BufferSpec
 
 __all__ = [
     "Field",

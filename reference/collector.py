@@ -6,7 +6,7 @@ Contract
 total_frames=None, allow_in_place=True)``
 
 * The policy is placed once, at construction, with
-  :func:`reference.policy.place_policy` (never a raw ``deepcopy``): used in
+  :func:`rbcheck.reference.policy.place_policy` (never a raw ``deepcopy``): used in
   place when it already lives on ``device``, copied otherwise; a policy that
   needs a copy but cannot be copied raises ``NotCopyableError`` here, before
   anything is written. ``collector.policy`` is what actually runs.

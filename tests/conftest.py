@@ -8,4 +8,4 @@ is only listed here when that did not happen (a source checkout, or
 
 import sys
 
-pytest_plugins = [] if "harness.pytest_plugin" in sys.modules else ["harness.pytest_plugin"]
+pytest_plugins = [] if "rbcheck.harness.pytest_plugin" in sys.modules else ["rbcheck.harness.pytest_plugin"]

@@ -4,8 +4,8 @@ added to harness/adapters without a conformance run in CI fails here."""
 import ast
 from pathlib import Path
 
-from harness.adapters import builtin_names
-from harness.report import is_third_party
+from rbcheck.harness.adapters import builtin_names
+from rbcheck.harness.report import is_third_party
 
 NOXFILE = Path(__file__).resolve().parents[1] / "noxfile.py"
 

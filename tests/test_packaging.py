@@ -1,8 +1,9 @@
-"""The installed package carries every file its code reads at run time: a
-wheel built from this checkout holds each non-Python file of reference/,
-variants/ and harness/ (the native tree's C source, the known-failure lists).
-Without them an installed rbcheck silently falls back to the slow tree path
-and reports no known failures."""
+"""The installed package is one namespace, ``rbcheck``, and carries every
+file its code reads at run time: a wheel built from this checkout holds each
+file of reference/, variants/ and harness/ under ``rbcheck/`` (the native
+tree's C source, the known-failure lists), the conformance suite, and no
+other top-level package. Without the data files an installed rbcheck silently
+falls back to the slow tree path and reports no known failures."""
 
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("reference", "variants", "harness")
+#: Repository folders and where the wheel puts them (pyproject.toml's package-dir).
+PACKAGES = {"reference": "rbcheck/reference", "variants": "rbcheck/variants",
+            "harness": "rbcheck/harness", "rbcheck": "rbcheck"}
 
 
-def data_files() -> set[str]:
+def package_files() -> set[str]:
+    """Every file of the mapped folders, as its path inside the wheel."""
     found = set()
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*"):
-            if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts:
-                found.add(path.relative_to(ROOT).as_posix())
+    for folder, target in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix != ".pyc" and "__pycache__" not in path.parts:
+                found.add(f"{target}/{path.relative_to(ROOT / folder).as_posix()}")
     return found
 
 
@@ -54,7 +58,10 @@ def test_wheel_holds_every_data_file(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("rbcheck-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    wanted = data_files()
-    assert {"variants/native/tree.c", "harness/known_failures/torchrl.txt"} <= wanted
+    wanted = package_files()
+    assert {"rbcheck/variants/native/tree.c", "rbcheck/harness/known_failures/torchrl.txt",
+            "rbcheck/conformance/test_priority_transform.py"} <= wanted
     missing = sorted(wanted - names)
     assert not missing, f"files missing from the wheel={missing}, but should be none (package-data)"
+    tops = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
+    assert tops == {"rbcheck"}, f"top-level names in the wheel={sorted(tops)}, but should be ['rbcheck']"

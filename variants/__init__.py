@@ -5,14 +5,14 @@ on one device (CUDA when present, else the CPU) and writes/samples whole
 batches at once; ``PrioritizedSampler(..., backend="triton")`` runs the tree
 descent and update as Triton kernels. On the CPU the trees' descent (AVX2 where
 the CPU has it) and update and the sample's row gathers run in C
-(``variants.native``, compiled on first use with the system C compiler and
+(``rbcheck.variants.native``, compiled on first use with the system C compiler and
 cached per user; without one the torch path runs and
-``variants.native.unavailable_reason()`` says why), the storage keeps the
+``rbcheck.variants.native.unavailable_reason()`` says why), the storage keeps the
 fields of a row side by side, and the writer computes sampled slots'
 generations from its write count.
 Every component subclasses the reference's, keeps its ``state_dict`` layout
 and its random stream, and is checked against it in ``tests/variants`` and by the conformance suite
-(``pytest tests/conformance --impl device`` / ``--impl triton``).
+(``pytest rbcheck/conformance --impl device`` / ``--impl triton``).
 """
 
 from .buffer import ReplayBuffer
@@ -22,10 +22,10 @@ from .random_sampler import RandomSampler
 from .slice import SliceSampler
 from .vector_tree import VectorMinTree, VectorSumTree
 
-#: Built-in ``--impl`` names this package adds (read by ``harness.adapters``).
+#: Built-in ``--impl`` names this package adds (read by ``rbcheck.harness.adapters``).
 ADAPTERS = {
-    "device": "harness.adapters.variants:device",
-    "triton": "harness.adapters.variants:triton",
+    "device": "rbcheck.harness.adapters.variants:device",
+    "triton": "rbcheck.harness.adapters.variants:triton",
 }
 
 __all__ = [

@@ -32,8 +32,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from reference import pinning
-from reference.buffer import ReplayBuffer as ReferenceReplayBuffer
+from rbcheck.reference import pinning
+from rbcheck.reference.buffer import ReplayBuffer as ReferenceReplayBuffer
 
 from .device_storage import DeviceStorage, DeviceWriter, check_index_fast, default_device
 from .random_sampler import RandomSampler

@@ -25,7 +25,7 @@ Contract (the reference's, plus)
   pool references its memory any more (no tensor, view or TensorDict of a
   previous sample is alive), otherwise it allocates a new one: the sample
   behaves like fresh memory and costs like reused memory in a training loop.
-  On the CPU the copies are one C call (``variants.native``: prefetched
+  On the CPU the copies are one C call (``rbcheck.variants.native``: prefetched
   row copies, ~2-3x faster than ``index_select`` here) when it loads.
 * ``version`` increases on every write or load; samplers that keep
   bookkeeping about the data use it to notice writes they did not see.
@@ -33,7 +33,7 @@ Contract (the reference's, plus)
   ``generation`` lives on the device and is updated with at most two slices.
   ``generation_at(index)`` is ``generation[index]``; on the CPU computed
   from ``write_count`` (a ring's generations always are
-  ``reference.writer.expected_generation``: its writes and its loader keep
+  ``rbcheck.reference.writer.expected_generation``: its writes and its loader keep
   them so), without a random read of the generation column per index; on
   an accelerator one gather.
 
@@ -50,14 +50,14 @@ import math
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from reference.storage import TensorStorage, as_tensor, check_index, columns
-from reference.writer import RoundRobinWriter, ring_generation
+from rbcheck.reference.storage import TensorStorage, as_tensor, check_index, columns
+from rbcheck.reference.writer import RoundRobinWriter, ring_generation
 
 from . import native
 
 
 def check_index_fast(index, high: int, name: str = "index") -> torch.Tensor:
-    """``reference.storage.check_index`` without its boolean-mask gather on the
+    """``rbcheck.reference.storage.check_index`` without its boolean-mask gather on the
     happy path (two reductions instead) and keeping the index on its device;
     the same errors, raised by the reference's function."""
     index = as_tensor(index, name)  # the reference's conversion (rejects unreadable devices)
@@ -78,7 +78,7 @@ def gather_columns(columns, index: torch.Tensor, outs, layouts=None) -> None:
     """``outs[c] = columns[c][index]`` (rows): one C call with prefetching for CPU
     columns whose rows are contiguous (row-major, or fields of interleaved
     rows; ``layouts``: their ``native.row_layout``s when known) when
-    ``variants.native`` loads, else one ``index_select(..., out=)`` per column.
+    ``rbcheck.variants.native`` loads, else one ``index_select(..., out=)`` per column.
     Both check the index's bounds."""
     if columns and index.dtype == torch.long and native.usable(index, *outs) \
             and all(c.device.type == "cpu" for c in columns):
@@ -91,7 +91,7 @@ def gather_columns(columns, index: torch.Tensor, outs, layouts=None) -> None:
 
 
 def layout_of(cols: dict) -> dict:
-    """``{key: (row shape, dtype)}`` of columns (``reference.storage.columns``)."""
+    """``{key: (row shape, dtype)}`` of columns (``rbcheck.reference.storage.columns``)."""
     return {key: (tuple(value.shape[1:]), value.dtype) for key, value in cols.items()}
 
 

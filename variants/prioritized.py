@@ -15,7 +15,7 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
 * stale entries (generation != current) dropped by a mask, without
   compacting the batch (no device synchronisation on that path);
 * ``state_dict`` / ``load_state_dict`` the reference's keys and layout;
-* on the CPU, when ``variants.native`` loads, ``sample`` is one C call for
+* on the CPU, when ``rbcheck.variants.native`` loads, ``sample`` is one C call for
   ``mass = u * total``, the descent and ``n * (leaf / total)``, torch's
   ``pow`` (the reference's, so the same bits), and one C call for the
   division and the float32 conversion; the trees' updates run in C too.
@@ -30,9 +30,9 @@ import math
 
 import torch
 
-from reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
-from reference.prioritized_sampler import check_generation, check_priority
-from reference.random_sampler import check_batch_size, check_not_empty
+from rbcheck.reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
+from rbcheck.reference.prioritized_sampler import check_generation, check_priority
+from rbcheck.reference.random_sampler import check_batch_size, check_not_empty
 
 from . import native
 from .device_storage import TensorPool

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from reference.random_sampler import RandomSampler as ReferenceRandomSampler
-from reference.random_sampler import check_batch_size, check_not_empty
+from rbcheck.reference.random_sampler import RandomSampler as ReferenceRandomSampler
+from rbcheck.reference.random_sampler import check_batch_size, check_not_empty
 
 
 class RandomSampler(ReferenceRandomSampler):

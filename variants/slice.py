@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from reference.random_sampler import check_not_empty
-from reference.slice_sampler import SliceSampler as ReferenceSliceSampler
+from rbcheck.reference.random_sampler import check_not_empty
+from rbcheck.reference.slice_sampler import SliceSampler as ReferenceSliceSampler
 
 from .device_storage import ring_slices
 

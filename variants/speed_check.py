@@ -1,6 +1,6 @@
 """Quick side-by-side speed check of the variants against the reference (not a test).
 
-    python -m variants.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
+    python -m rbcheck.variants.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
                                    [--threads 1,0]  # 0: torch's default
                                    [--scalar]  # the descent's scalar code, not AVX2
 
@@ -12,7 +12,7 @@ repetitions of:
 
 * prioritized ``sample(batch)`` (indices, weights and gathered rows), for the
   reference, the device variant (on the CPU: its native C path when
-  ``variants.native`` loads) and the device variant with the native path
+  ``rbcheck.variants.native`` loads) and the device variant with the native path
   suspended (its torch ops);
 * the floor: a plain ``index_select`` of the rows of a sample from the same
   data laid out as separate contiguous columns (the reference's layout; the
@@ -35,9 +35,9 @@ import time
 import torch
 from tensordict import TensorDict
 
-import reference
-import variants
-from variants import native
+from rbcheck import reference
+from rbcheck import variants
+from rbcheck.variants import native
 
 
 def build(kind: str, capacity: int, device: str):

@@ -25,9 +25,9 @@ Contract (the reference's, ``reference/sum_tree.py``, plus batching)
   one pass (the prioritized sampler's hot path); backend ``"triton"`` runs it
   and ``find_prefix`` as Triton kernels (see ``triton_tree.py``).
 * On the CPU (either backend, unless Triton's interpreter is on) descent and
-  update run in C (``variants.native``: the same arithmetic, compiled without
+  update run in C (``rbcheck.variants.native``: the same arithmetic, compiled without
   fast-math or FMA contraction) when it builds and loads; otherwise the torch
-  ops below, with the reason in ``variants.native.unavailable_reason()``.
+  ops below, with the reason in ``rbcheck.variants.native.unavailable_reason()``.
 
 Cost: ``update`` O(k log k + k log capacity) for k indices (a sort to find the
 last writes, then one gather/combine/scatter per level; native: no sort, one
@@ -42,8 +42,8 @@ import os
 
 import torch
 
-from reference.storage import check_index
-from reference.sum_tree import MinTree, SumTree
+from rbcheck.reference.storage import check_index
+from rbcheck.reference.sum_tree import MinTree, SumTree
 
 from . import native
 
@@ -139,7 +139,7 @@ def find_prefix(tree: VectorSumTree, mass: torch.Tensor, index=None, leaf=None, 
 
 
 def find_prefix_native(nodes: torch.Tensor, mass: torch.Tensor, size: int, index=None, leaf=None):
-    """``find_prefix_torch``'s result computed by ``variants.native`` (CPU, contiguous
+    """``find_prefix_torch``'s result computed by ``rbcheck.variants.native`` (CPU, contiguous
     float64 ``nodes`` / ``mass``; the library must be loaded)."""
     n = mass.shape[0]
     out_index = index if index is not None and index.is_contiguous() else torch.empty(n, dtype=torch.long)
@@ -208,7 +208,7 @@ def update_pair(sum_tree, min_tree, index: torch.Tensor, value: torch.Tensor, ma
 
 
 def _native_ok(trees, index, values, mask) -> bool:
-    """Whether ``variants.native`` can run this update (CPU, dtypes, not Triton's turn)."""
+    """Whether ``rbcheck.variants.native`` can run this update (CPU, dtypes, not Triton's turn)."""
     first = trees[0]
     if first.backend == "triton" and (index.is_cuda or interpreting()):
         return False

@@ -2,7 +2,7 @@
 
 Selection (all optional):
 
-* implementations: every built-in adapter (``harness.adapters.builtin_names()``)
+* implementations: every built-in adapter (``rbcheck.harness.adapters.builtin_names()``)
   (``--bench-impls a,b`` / env ``RBCHECK_BENCH_IMPLS`` restricts the list),
   plus ``--impl NAME`` / env ``RBCHECK_IMPL`` (a built-in name or
   ``pkg.module:factory``), always included.
@@ -50,7 +50,7 @@ def _mode(config) -> str:
 
 
 def _impl_names(config) -> list[str]:
-    from harness.adapters import builtin_names
+    from rbcheck.harness.adapters import builtin_names
 
     names = list(builtin_names())
     only = config.getoption("--bench-impls") or os.environ.get("RBCHECK_BENCH_IMPLS")
@@ -121,7 +121,7 @@ class _Adapters:
 
     def get(self, name):
         if name not in self.loaded:
-            from harness.adapters import load_adapter
+            from rbcheck.harness.adapters import load_adapter
 
             try:
                 self.loaded[name] = load_adapter(name)

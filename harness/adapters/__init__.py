@@ -2,7 +2,7 @@
 
 ``NAME`` is either a built-in name (see :data:`BUILTIN`) or a factory path
 ``"pkg.module:factory"`` where ``factory()`` returns a
-:class:`harness.protocol.Adapter`. Built-ins are imported lazily, so naming
+:class:`rbcheck.harness.protocol.Adapter`. Built-ins are imported lazily, so naming
 ``reference`` never imports TorchRL and an optional backend that is missing
 only breaks its own name.
 
@@ -17,14 +17,14 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from harness.protocol import Adapter
+from rbcheck.harness.protocol import Adapter
 
 #: Built-in implementation names -> ``"module:factory"``.
 BUILTIN: dict[str, str] = {
-    "reference": "harness.adapters.reference:reference_adapter",
-    "device": "harness.adapters.variants:device",
-    "triton": "harness.adapters.variants:triton",
-    "torchrl": "harness.adapters.torchrl:torchrl_adapter",
+    "reference": "rbcheck.harness.adapters.reference:reference_adapter",
+    "device": "rbcheck.harness.adapters.variants:device",
+    "triton": "rbcheck.harness.adapters.variants:triton",
+    "torchrl": "rbcheck.harness.adapters.torchrl:torchrl_adapter",
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"
@@ -36,7 +36,7 @@ class AdapterLoadError(RuntimeError):
 
 def _variant_entries() -> dict[str, str]:
     try:
-        variants = importlib.import_module("variants")
+        variants = importlib.import_module("rbcheck.variants")
     except Exception:  # a broken variants package must not hide the other built-ins
         return {}
     entries = getattr(variants, "ADAPTERS", None)

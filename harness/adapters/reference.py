@@ -26,14 +26,14 @@ from unittest import mock
 import torch
 from tensordict import TensorDictBase
 
-from harness.protocol import CAPABILITIES, Adapter, BufferSpec
+from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
 
 #: Components a spec is built from; a variant may replace any of them.
 COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler")
 
 
 def _reference_components() -> SimpleNamespace:
-    ref = importlib.import_module("reference")
+    ref = importlib.import_module("rbcheck.reference")
     return SimpleNamespace(**{n: getattr(ref, n) for n in COMPONENT_NAMES})
 
 
@@ -183,7 +183,7 @@ def buffer_adapter(
     components: Any = None,
     unavailable: dict[str, str] | None = None,
     place_policy: Callable | None = None,
-    pin_module: str | None = "reference.pinning",
+    pin_module: str | None = "rbcheck.reference.pinning",
     known_failures: Path | None = None,
 ) -> Adapter:
     """An :class:`Adapter` for ``buffer_cls``, a class with the reference
@@ -258,13 +258,13 @@ def project_version() -> str:
 
 
 def _place_policy(policy: Any, device: torch.device, allow_in_place: bool = True) -> Any:
-    from reference.policy import place_policy
+    from rbcheck.reference.policy import place_policy
 
     return place_policy(policy, device, allow_in_place)
 
 
 def _reference_buffer_cls() -> type:
-    from reference.buffer import ReplayBuffer
+    from rbcheck.reference.buffer import ReplayBuffer
 
     return ReplayBuffer
 
@@ -278,7 +278,7 @@ def reference_adapter() -> Adapter:
         CAPABILITIES,
         components=_reference_components,
         place_policy=_place_policy,
-        pin_module="reference.pinning",
+        pin_module="rbcheck.reference.pinning",
     )
 
 

@@ -53,8 +53,8 @@ from unittest import mock
 import torch
 from tensordict import TensorDictBase
 
-from harness.adapters.reference import cuda_unavailable_reason
-from harness.protocol import Adapter, BufferSpec
+from rbcheck.harness.adapters.reference import cuda_unavailable_reason
+from rbcheck.harness.protocol import Adapter, BufferSpec
 
 CAPABILITIES = frozenset(
     {

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from types import SimpleNamespace
 
-from harness.adapters.reference import buffer_adapter, project_version
+from rbcheck.harness.adapters.reference import buffer_adapter, project_version
 
 #: What the variants claim (everything but policy placement, which is not theirs).
 CAPABILITIES = frozenset({
@@ -38,7 +38,7 @@ def _components(backend: str) -> SimpleNamespace:
 
 
 def _buffer_cls() -> type:
-    from variants import ReplayBuffer
+    from rbcheck.variants import ReplayBuffer
 
     return ReplayBuffer
 
@@ -46,12 +46,12 @@ def _buffer_cls() -> type:
 def device():
     """The device variant with torch-only tree operations."""
     return buffer_adapter("device", project_version(), _buffer_cls, CAPABILITIES,
-                          components=lambda: _components("torch"), pin_module="reference.pinning")
+                          components=lambda: _components("torch"), pin_module="rbcheck.reference.pinning")
 
 
 def triton():
     """The device variant with Triton kernels for the trees."""
-    from variants import triton_tree  # sets TRITON_INTERPRET before any kernel exists (no CUDA)
+    from rbcheck.variants import triton_tree  # sets TRITON_INTERPRET before any kernel exists (no CUDA)
 
     unavailable = {}
     if triton_tree.UNAVAILABLE is not None:
@@ -59,7 +59,7 @@ def triton():
                        for cap in CAPABILITIES}
     return buffer_adapter("triton", project_version(), _buffer_cls, CAPABILITIES,
                           components=lambda: _components("triton"), unavailable=unavailable,
-                          pin_module="reference.pinning")
+                          pin_module="rbcheck.reference.pinning")
 
 
 __all__ = ["CAPABILITIES", "device", "triton"]

@@ -1,14 +1,14 @@
 """A user's own replay buffer wired into rbcheck in about 50 lines.
 
 Run the conformance suite on it with
-``pytest tests/conformance --impl harness.examples.list_buffer:adapter``.
+``pytest rbcheck/conformance --impl rbcheck.harness.examples.list_buffer:adapter``.
 It declares only "random": every other property is skipped with the reason.
 """
 
 import torch
 from tensordict import TensorDict
 
-from harness.protocol import Adapter, BufferSpec
+from rbcheck.harness.protocol import Adapter, BufferSpec
 
 
 class ListBuffer:

@@ -1,6 +1,6 @@
 """Bad input leaves the WHOLE state unchanged in our implementations (exact).
 
-The conformance catalogue (``tests/conformance/test_bad_input.py``) checks
+The conformance catalogue (``rbcheck/conformance/test_bad_input.py``) checks
 what any implementation exposes. Here the reference and the variants are
 held to more: after each refused call the full ``state_dict()`` -- storage,
 cursor, write count, per-slot write generations, both trees, max priority,
@@ -15,9 +15,9 @@ import re
 
 import pytest
 
-from harness.adapters import load_adapter
+from rbcheck.harness.adapters import load_adapter
 
-from ..conformance.test_bad_input import CATALOGUE, fill
+from rbcheck.conformance.test_bad_input import CATALOGUE, fill
 from ..unit.test_buffer import same
 from .test_variant_checkpoints import cpu
 
@@ -54,7 +54,7 @@ def test_priority_key_none_ignores_a_priority_column(own):
     import torch
     from tensordict import TensorDict
 
-    from harness.protocol import BufferSpec
+    from rbcheck.harness.protocol import BufferSpec
 
     buf = own.make(BufferSpec(capacity=4, sampler="prioritized", alpha=1.0, eps=0.0))
     buf.buffer.priority_key = None

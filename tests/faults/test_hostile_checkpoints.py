@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from reference import CheckpointError, PrioritizedSampler, ReplayBuffer, checkpoint
+from rbcheck.reference import CheckpointError, PrioritizedSampler, ReplayBuffer, checkpoint
 
 from ..unit.test_buffer import same
 

@@ -3,7 +3,7 @@ how many cases of each catalogue were tried and survived (exact counts)."""
 
 from __future__ import annotations
 
-from harness import report
+from rbcheck.harness import report
 
 
 def results(name: str, outcomes: dict[str, str]) -> report.ImplResult:

@@ -11,9 +11,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from harness.adapters import load_adapter
-from harness.protocol import BufferSpec
-from reference import CheckpointError
+from rbcheck.harness.adapters import load_adapter
+from rbcheck.harness.protocol import BufferSpec
+from rbcheck.reference import CheckpointError
 
 from ..unit.test_buffer import same
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from harness.adapters import AdapterLoadError, builtin_names, load_adapter
-from harness.adapters.reference import buffer_adapter, cuda_unavailable_reason
-from harness.protocol import CAPABILITIES, Adapter, BufferSpec
+from rbcheck.harness.adapters import AdapterLoadError, builtin_names, load_adapter
+from rbcheck.harness.adapters.reference import buffer_adapter, cuda_unavailable_reason
+from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
 
 HAS_TORCHRL = importlib.util.find_spec("torchrl") is not None
 needs_torchrl = pytest.mark.skipif(not HAS_TORCHRL, reason="torchrl is not installed")
@@ -37,7 +37,7 @@ def test_reference_declares_everything_and_cuda_only_where_it_runs():
 
 
 def test_factory_path_loads_the_same_adapter():
-    adapter = load_adapter("harness.adapters.reference:reference_adapter")
+    adapter = load_adapter("rbcheck.harness.adapters.reference:reference_adapter")
     assert isinstance(adapter, Adapter) and adapter.name == "reference"
 
 
@@ -47,9 +47,9 @@ def test_factory_path_loads_the_same_adapter():
         ("", "impl='', but should be a built-in name"),
         ("nosuch", "impl='nosuch', but should be a built-in name (reference, device, triton, torchrl"),
         ("nosuch_pkg.module:factory", "module 'nosuch_pkg.module' could not be imported (ModuleNotFoundError"),
-        ("harness.adapters:nope", "module 'harness.adapters' has no attribute 'nope'"),
-        ("harness.adapters:", "but should be a built-in name"),
-        ("harness.protocol:CAPABILITIES", "is a frozenset, but should be a factory function"),
+        ("rbcheck.harness.adapters:nope", "module 'rbcheck.harness.adapters' has no attribute 'nope'"),
+        ("rbcheck.harness.adapters:", "but should be a built-in name"),
+        ("rbcheck.harness.protocol:CAPABILITIES", "is a frozenset, but should be a factory function"),
         ("rbcheck_fake_mod:returns_int", "returns_int() returned a int, but should return a harness.protocol.Adapter"),
     ],
 )
@@ -63,7 +63,7 @@ def test_bad_names_raise_a_clear_error(name, expected, monkeypatch):
 
 
 def test_buffer_adapter_wraps_a_reference_shaped_class():
-    from reference.buffer import ReplayBuffer
+    from rbcheck.reference.buffer import ReplayBuffer
 
     adapter = buffer_adapter("mine", "1.0", ReplayBuffer, {"random", "prioritized"}, pin_module=None)
     assert adapter.patch_pin_step is None and adapter.unavailable == {}
@@ -121,7 +121,7 @@ def test_torchrl_declares_only_what_it_has(torchrl_adapter):
 
 
 def test_torchrl_prioritized_is_unavailable_exactly_when_it_cannot_be_built(torchrl_adapter):
-    from harness.adapters.torchrl import probe_prioritized
+    from rbcheck.harness.adapters.torchrl import probe_prioritized
 
     why = probe_prioritized()
     assert torchrl_adapter.unavailable.get("prioritized") == why

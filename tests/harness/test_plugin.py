@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 FAKE_ADAPTER = '''
-from harness.protocol import Adapter
+from rbcheck.harness.protocol import Adapter
 
 def factory():
     return Adapter(
@@ -32,7 +32,7 @@ def not_an_adapter():
 TESTS = '''
 import pytest
 from hypothesis import settings
-from harness.protocol import BufferSpec
+from rbcheck.harness.protocol import BufferSpec
 
 @pytest.mark.requires("random")
 def test_declared(impl):
@@ -63,8 +63,8 @@ def test_profile():
 def run_pytest(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run pytest in ``tmp_path`` (which holds conftest, adapter and tests)."""
     (tmp_path / "conftest.py").write_text(
-        "import sys\npytest_plugins = [] if 'harness.pytest_plugin' in sys.modules "
-        "else ['harness.pytest_plugin']\n"
+        "import sys\npytest_plugins = [] if 'rbcheck.harness.pytest_plugin' in sys.modules "
+        "else ['rbcheck.harness.pytest_plugin']\n"
     )
     (tmp_path / "fake_adapter.py").write_text(textwrap.dedent(FAKE_ADAPTER))
     conformance = tmp_path / "tests" / "conformance"
@@ -199,7 +199,7 @@ def test_bad_profile_is_a_usage_error(tmp_path):
     ],
 )
 def test_known_failure_ids_match_node_ids(test_id, nodeid, expected):
-    from harness.pytest_plugin import id_matches
+    from rbcheck.harness.pytest_plugin import id_matches
 
     assert id_matches(test_id, nodeid) is expected
 
@@ -207,7 +207,7 @@ def test_known_failure_ids_match_node_ids(test_id, nodeid, expected):
 def test_failure_message_prefers_the_explained_sub_exception():
     from types import SimpleNamespace
 
-    from harness.pytest_plugin import failure_message
+    from rbcheck.harness.pytest_plugin import failure_message
 
     text = "\n".join([
         "  + Exception Group Traceback (most recent call last):",
@@ -241,7 +241,7 @@ def test_device_moves_every_default_spec_and_skips_with_the_reason(tmp_path):
     conformance = tmp_path / "tests" / "conformance"
     conformance.mkdir(parents=True)
     (conformance / "test_device.py").write_text(textwrap.dedent('''
-        from harness.protocol import BufferSpec
+        from rbcheck.harness.protocol import BufferSpec
 
         def test_direct_make(impl):
             impl.make(BufferSpec(capacity=2))

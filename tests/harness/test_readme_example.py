@@ -20,10 +20,10 @@ def test_readme_shows_the_example_file_verbatim():
 def test_example_adapter_passes_what_it_declares(tmp_path):
     results = tmp_path / "results.json"
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/conformance", "-q", "-p", "no:cacheprovider",
-         "--impl", "harness.examples.list_buffer:adapter", f"--rbcheck-results={results}",
-         "--ignore=tests/conformance/test_bad_input.py",
-         "--ignore=tests/conformance/test_checkpoint_faults.py"],
+        [sys.executable, "-m", "pytest", "rbcheck/conformance", "-q", "-p", "no:cacheprovider",
+         "--impl", "rbcheck.harness.examples.list_buffer:adapter", f"--rbcheck-results={results}",
+         "--ignore=rbcheck/conformance/test_bad_input.py",
+         "--ignore=rbcheck/conformance/test_checkpoint_faults.py"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import report
+from rbcheck.harness import report
 
 UNAVAILABLE_WHY = "prioritized: RuntimeError: SumSegmentTreeFp32 is not available."
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from harness.protocol import BufferSpec
+from rbcheck.harness.protocol import BufferSpec
 
 
 @pytest.mark.requires("random")

@@ -2,7 +2,7 @@
 adapter of tests/meta/mutants.py, in the property aimed at its bug.
 
 Each mutant runs the targeted conformance tests in a subprocess
-(``--impl tests.meta.mutants:<factory>``, ci profile, ``--rbcheck-results``);
+(``--impl rbcheck.harness.mutants:<factory>``, ci profile, ``--rbcheck-results``);
 the run must fail, and one of the targeted properties must be among the
 failures with a self-explaining message (``... but should be ...``). The
 reference must pass the same tests (the control), so a catch is never an
@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.meta.mutants import MUTANTS, Mutant
+from rbcheck.harness.mutants import MUTANTS, Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFORMANCE = ROOT / "tests" / "conformance"
+CONFORMANCE = ROOT / "rbcheck" / "conformance"
 TIMEOUT_S = 180
 CAUGHT: list[tuple[str, str, str, str]] = []  # (mutant, bug class, caught by, message)
 
@@ -133,7 +133,7 @@ def runs(request):
                 continue
             path = tmp / f"{m.factory}.json"
             future = pool.submit(
-                run_conformance, f"tests.meta.mutants:{m.factory}", m.files, m.targets, path
+                run_conformance, f"rbcheck.harness.mutants:{m.factory}", m.files, m.targets, path
             )
             jobs[m.factory] = (future, path)
         yield jobs

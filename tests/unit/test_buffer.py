@@ -7,7 +7,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference import PrioritizedSampler, RandomSampler, ReplayBuffer, TensorStorage
+from rbcheck.reference import PrioritizedSampler, RandomSampler, ReplayBuffer, TensorStorage
 
 
 def rows(n, start=0):

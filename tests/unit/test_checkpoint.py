@@ -12,7 +12,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference import CheckpointError, PrioritizedSampler, ReplayBuffer, SliceSampler, checkpoint
+from rbcheck.reference import CheckpointError, PrioritizedSampler, ReplayBuffer, SliceSampler, checkpoint
 
 from .test_buffer import same
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference.collector import SyncCollector
-from reference.env import ChainEnv
-from reference.policy import NotCopyableError
+from rbcheck.reference.collector import SyncCollector
+from rbcheck.reference.env import ChainEnv
+from rbcheck.reference.policy import NotCopyableError
 
 
 class Sink:

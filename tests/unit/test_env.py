@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference.env import ChainEnv
+from rbcheck.reference.env import ChainEnv
 
 
 def act(env: ChainEnv, state: TensorDict, action: int) -> TensorDict:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference import PrioritizedSampler, ReplayBuffer, pinning
+from rbcheck.reference import PrioritizedSampler, ReplayBuffer, pinning
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-accelerator error")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs a CUDA device")

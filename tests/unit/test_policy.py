@@ -16,8 +16,8 @@ import threading
 import pytest
 import torch
 
-import reference.policy as policy_mod
-from reference.policy import (
+import rbcheck.reference.policy as policy_mod
+from rbcheck.reference.policy import (
     COPYABLE_MARKER,
     NotCopyableError,
     make_target_params,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference import PrioritizedSampler, ReplayBuffer
+from rbcheck.reference import PrioritizedSampler, ReplayBuffer
 
 
 def rows(n, start=0, priority=None):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference import ReplayBuffer, SliceSampler
+from rbcheck.reference import ReplayBuffer, SliceSampler
 
 
 def episodes(ids, done=None):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference.storage import TensorStorage
+from rbcheck.reference.storage import TensorStorage
 
 
 def batch(values, n=None):

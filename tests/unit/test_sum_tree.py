@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference.sum_tree import MinTree, SumTree
+from rbcheck.reference.sum_tree import MinTree, SumTree
 
 
 def f64(*values):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from reference import Compose, ReplayBuffer, Transform
+from rbcheck.reference import Compose, ReplayBuffer, Transform
 
 
 class AddOne(Transform):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference.writer import RoundRobinWriter
+from rbcheck.reference.writer import RoundRobinWriter
 
 
 def test_ring_order_cursor_and_count():

@@ -13,8 +13,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-import reference
-import variants
+from rbcheck import reference
+from rbcheck import variants
 
 pytestmark = [
     pytest.mark.cuda,

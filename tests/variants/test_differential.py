@@ -23,9 +23,9 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-import reference
-import variants
-from variants.vector_tree import last_writes
+from rbcheck import reference
+from rbcheck import variants
+from rbcheck.variants.vector_tree import last_writes
 
 # ----------------------------------------------------------------------------
 # helpers

@@ -17,11 +17,11 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-import reference
-import variants
-from reference.writer import expected_generation
-from variants import native
-from variants.device_storage import DeviceStorage, DeviceWriter, gather_columns, interleaved_columns
+from rbcheck import reference
+from rbcheck import variants
+from rbcheck.reference.writer import expected_generation
+from rbcheck.variants import native
+from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, gather_columns, interleaved_columns
 
 LAYOUT = {
     ("obs",): ((8,), torch.float32),

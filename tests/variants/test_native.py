@@ -21,11 +21,11 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-import reference
-import variants
-from variants import native
-from variants.device_storage import check_index_fast, gather_columns
-from variants.vector_tree import (
+from rbcheck import reference
+from rbcheck import variants
+from rbcheck.variants import native
+from rbcheck.variants.device_storage import check_index_fast, gather_columns
+from rbcheck.variants.vector_tree import (
     apply_updates_torch,
     find_prefix_native,
     find_prefix_torch,
@@ -119,7 +119,7 @@ def test_descent_ignores_non_contiguous_outputs_and_inputs():
     mass = (torch.rand(64, generator=g, dtype=torch.float64) * ref.total()).repeat_interleave(2)[::2]
     index = torch.empty(64, 2, dtype=torch.long)[:, 0]
     leaf = torch.empty(64, 2, dtype=torch.float64)[:, 1]
-    from variants.vector_tree import find_prefix
+    from rbcheck.variants.vector_tree import find_prefix
     got, _ = find_prefix(tree, mass, index=index, leaf=leaf)
     assert_bits(index, ref.find_prefix(mass), "find_prefix into a strided output")
     assert got is index

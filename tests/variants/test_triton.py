@@ -1,6 +1,6 @@
 """Triton kernels against the torch path and the reference.
 
-Without CUDA the kernels run in Triton's interpreter (``variants.triton_tree``
+Without CUDA the kernels run in Triton's interpreter (``rbcheck.variants.triton_tree``
 turns it on before defining them), which is slow: sizes stay small here.
 Skipped, with the import error, when Triton is not installed.
 """
@@ -12,14 +12,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference
+from rbcheck import reference
 
-triton_tree = pytest.importorskip("variants.triton_tree")
+triton_tree = pytest.importorskip("rbcheck.variants.triton_tree")
 if triton_tree.UNAVAILABLE is not None:  # pragma: no cover - depends on the install
     pytest.skip(f"unavailable: triton: {triton_tree.UNAVAILABLE}", allow_module_level=True)
 
-import variants  # noqa: E402
-from variants.vector_tree import find_prefix_torch  # noqa: E402
+from rbcheck import variants  # noqa: E402
+from rbcheck.variants.vector_tree import find_prefix_torch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 small = settings(max_examples=8)  # the interpreter runs a kernel in milliseconds, not microseconds

@@ -5,7 +5,7 @@ state must agree (see harness/stateful.py)."""
 
 from __future__ import annotations
 
-from harness.stateful import run_against_model
+from rbcheck.harness.stateful import run_against_model
 
 
 def test_implementation_matches_reference_model(impl, reference_impl):

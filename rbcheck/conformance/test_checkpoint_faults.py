@@ -36,8 +36,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from harness.assertions import Trace, fail
-from harness.protocol import BufferSpec
+from rbcheck.harness.assertions import Trace, fail
+from rbcheck.harness.protocol import BufferSpec
 
 pytestmark = pytest.mark.requires("save_load")
 

@@ -3,11 +3,11 @@ the reference, and the conformance suite must catch it.
 
 Run one by hand with::
 
-    python -m pytest tests/conformance --impl tests.meta.mutants:<factory>
+    python -m pytest rbcheck/conformance --impl rbcheck.harness.mutants:<factory>
 
 Every mutant is built from the reference (a subclass of
 ``reference.ReplayBuffer`` or of one of its components) through
-``harness.adapters.reference.buffer_adapter``, so it differs from the
+``rbcheck.harness.adapters.reference.buffer_adapter``, so it differs from the
 reference in exactly one place. :data:`MUTANTS` lists each factory with the
 bug class it plants and the conformance tests expected to catch it.
 """
@@ -22,16 +22,16 @@ from types import SimpleNamespace
 
 import torch
 
-from harness.adapters.reference import buffer_adapter
-from harness.protocol import CAPABILITIES
-from reference import pinning
-from reference.buffer import ReplayBuffer
-from reference.policy import place_policy as reference_place_policy
-from reference.prioritized_sampler import PrioritizedSampler
-from reference.random_sampler import RandomSampler
-from reference.slice_sampler import SliceSampler
-from reference.storage import TensorStorage
-from reference.writer import RoundRobinWriter
+from rbcheck.harness.adapters.reference import buffer_adapter
+from rbcheck.harness.protocol import CAPABILITIES
+from rbcheck.reference import pinning
+from rbcheck.reference.buffer import ReplayBuffer
+from rbcheck.reference.policy import place_policy as reference_place_policy
+from rbcheck.reference.prioritized_sampler import PrioritizedSampler
+from rbcheck.reference.random_sampler import RandomSampler
+from rbcheck.reference.slice_sampler import SliceSampler
+from rbcheck.reference.storage import TensorStorage
+from rbcheck.reference.writer import RoundRobinWriter
 
 
 def _place_policy(policy, device, allow_in_place=True):
@@ -48,7 +48,7 @@ def _adapter(
         CAPABILITIES,
         components=SimpleNamespace(**components),
         place_policy=place_policy,
-        pin_module="reference.pinning",
+        pin_module="rbcheck.reference.pinning",
     )
 
 
@@ -405,7 +405,7 @@ class MisfitLoadBuffer(ReplayBuffer):
     """Swallows the error of a checkpoint made for another buffer."""
 
     def loads(self, path) -> None:
-        from reference import CheckpointError
+        from rbcheck.reference import CheckpointError
 
         try:
             super().loads(path)
@@ -572,7 +572,7 @@ def policy_never_copied():
 class Mutant:
     factory: str  # attribute of this module
     bug: str  # the bug class it plants
-    files: tuple[str, ...]  # conformance files to run (relative to tests/conformance)
+    files: tuple[str, ...]  # conformance files to run (relative to rbcheck/conformance)
     targets: tuple[str, ...]  # test function names; at least one must fail
 
 

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal
-from harness.strategies import capacities, layouts, operations, specs
+from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal
+from rbcheck.harness.strategies import capacities, layouts, operations, specs
 
 
 @given(data=st.data())

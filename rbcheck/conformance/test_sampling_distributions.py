@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import (
+from rbcheck.harness.assertions import (
     Trace,
     assert_binomial,
     assert_chi_square,
@@ -26,9 +26,9 @@ from harness.assertions import (
     assert_tensor_equal,
     fail,
 )
-from harness.protocol import BufferSpec
-from harness.stateful import PRIORITY_RTOL, WEIGHT_RTOL, declared_samplers, model_weights, replay
-from harness.strategies import (
+from rbcheck.harness.protocol import BufferSpec
+from rbcheck.harness.stateful import PRIORITY_RTOL, WEIGHT_RTOL, declared_samplers, model_weights, replay
+from rbcheck.harness.strategies import (
     EpisodeLayout,
     Field,
     Layout,

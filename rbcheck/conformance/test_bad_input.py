@@ -32,8 +32,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
-from harness.protocol import BufferSpec
+from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.protocol import BufferSpec
 
 pytestmark = pytest.mark.requires("bad_input")
 

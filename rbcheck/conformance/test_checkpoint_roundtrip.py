@@ -14,9 +14,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
-from harness.stateful import declared_samplers, replay
-from harness.strategies import layouts, operations, specs
+from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.stateful import declared_samplers, replay
+from rbcheck.harness.strategies import layouts, operations, specs
 
 pytestmark = pytest.mark.requires("save_load")
 

@@ -9,9 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
-from harness.protocol import BufferSpec
-from harness.strategies import EpisodeLayout, episode_layouts
+from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.protocol import BufferSpec
+from rbcheck.harness.strategies import EpisodeLayout, episode_layouts
 
 pytestmark = pytest.mark.requires("slice")
 
@@ -203,7 +203,7 @@ def test_trajectory_example_runs_as_written(impl):
     write_count 96, len 64, cursor 32; each sample() gives 8 slices of 4 rows,
     each contiguous in write order inside one episode (consecutive steps, only
     the last row may be done) and equal to the stored rows."""
-    from reference import ChainEnv, SyncCollector
+    from rbcheck.reference import ChainEnv, SyncCollector
 
     capacity, slice_len, batch = 64, 4, 32
     spec = BufferSpec(

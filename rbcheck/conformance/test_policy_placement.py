@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import Trace, fail
+from rbcheck.harness.assertions import Trace, fail
 
 pytestmark = pytest.mark.requires("policy_copy")
 

@@ -10,9 +10,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import Trace, assert_close, assert_same
-from harness.stateful import PRIORITY_RTOL
-from harness.strategies import alphas, epsilons, layouts, priorities
+from rbcheck.harness.assertions import Trace, assert_close, assert_same
+from rbcheck.harness.stateful import PRIORITY_RTOL
+from rbcheck.harness.strategies import alphas, epsilons, layouts, priorities
 
 pytestmark = pytest.mark.requires("prioritized")
 
@@ -24,7 +24,7 @@ def once(raw, eps: float, alpha: float) -> torch.Tensor:
 
 @st.composite
 def prioritized_setup(draw, priority_key: bool = False):
-    from harness.protocol import BufferSpec
+    from rbcheck.harness.protocol import BufferSpec
 
     capacity = draw(st.integers(2, 12), label="capacity")
     spec = BufferSpec(

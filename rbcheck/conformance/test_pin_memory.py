@@ -17,9 +17,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
-from harness.stateful import declared_samplers
-from harness.strategies import layouts, specs
+from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.stateful import declared_samplers
+from rbcheck.harness.strategies import layouts, specs
 
 pytestmark = pytest.mark.requires("pin_memory")
 

@@ -11,6 +11,12 @@ Kinds of check (DESIGN.md):
   :func:`assert_same` (values, dtype, device, shape; bit-identical; NaN is a
   failure, never "equal").
 * tolerance -- :func:`assert_close` (float32 results vs a float64 model).
+  Tolerances tied to a dtype's own error come from one place:
+  :func:`priority_tolerance` (stored priorities, max priority),
+  :func:`sum_tolerance` (tree sums, grows with log2 N) and
+  :func:`weight_tolerance` (importance weights); each carries the text of
+  its bound (``"rtol = 8 * eps(float32) = 9.5e-07"``), which the failure
+  message and the property's doc state.
 * distributional -- :func:`assert_chi_square`, :func:`assert_binomial`: the
   test states its false-alarm rate (probability of failing on a correct
   implementation) and the bound is derived from it; a cell with probability
@@ -19,6 +25,8 @@ Kinds of check (DESIGN.md):
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,6 +39,10 @@ __all__ = [
     "assert_tensor_equal",
     "assert_td_equal",
     "assert_close",
+    "Tolerance",
+    "priority_tolerance",
+    "sum_tolerance",
+    "weight_tolerance",
     "assert_chi_square",
     "assert_binomial",
     "fmt",
@@ -261,17 +273,98 @@ def assert_td_equal(
         assert_tensor_equal(f"{what}[{key!r}]", gl[key], el[key], trace, check_device=check_device)
 
 
+# --------------------------------------------------------------------------
+# tolerances tied to a dtype's own error
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A bound ``|got - expected| <= atol + rtol * |expected|`` and the text
+    that derives it (stated in failure messages and property docs)."""
+
+    rtol: float
+    atol: float
+    bound: str
+
+    def __str__(self) -> str:
+        return self.bound
+
+
+def _eps(dtype: torch.dtype) -> float:
+    return float(torch.finfo(dtype).eps)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+#: ulps of the declared dtype a stored priority may be off: the sum p + eps
+#: (1/2 ulp), pow (at most 2 ulps in common libms, times alpha's effect on the
+#: input error) and the final rounding (1/2 ulp), with headroom.
+PRIORITY_ULPS = 8
+
+
+def priority_tolerance(dtype: torch.dtype, alpha: float = 1.0) -> Tolerance:
+    """Stored priority ``(p + eps) ** alpha`` computed in ``dtype`` vs the
+    float64 closed form from the same (already rounded) inputs:
+    ``rtol = 8 * max(1, alpha) * eps(dtype)`` (alpha scales the input's
+    relative error). float32: 9.5e-07; float64: 1.8e-15. A double transform
+    is off by orders of magnitude more (tests/harness/test_tolerances.py)."""
+    scale = max(1.0, float(alpha))
+    rtol = PRIORITY_ULPS * scale * _eps(dtype)
+    factor = f"{PRIORITY_ULPS} * {scale:g}" if scale != 1.0 else f"{PRIORITY_ULPS}"
+    return Tolerance(rtol, 0.0, f"rtol = {factor} * eps({_name(dtype)}) = {rtol:.2g}")
+
+
+def sum_tolerance(dtype: torch.dtype, n: int) -> Tolerance:
+    """A sum of ``n`` non-negative values kept in a tree of ``dtype``: each
+    level rounds once, ``rtol = (ceil(log2 n) + 1) * eps(dtype)`` on top of
+    the leaves' own :func:`priority_tolerance`."""
+    levels = max(1, math.ceil(math.log2(max(n, 1)))) + 1
+    rtol = levels * _eps(dtype) + priority_tolerance(dtype).rtol
+    return Tolerance(
+        rtol, 0.0, f"rtol = ({levels} levels + {PRIORITY_ULPS}) * eps({_name(dtype)}) = {rtol:.2g}"
+    )
+
+
+def weight_tolerance(
+    dtype: torch.dtype, n: int, weight_dtype: torch.dtype = torch.float32
+) -> Tolerance:
+    """Importance weights ``(N P_i) ** -beta / norm`` from trees of ``dtype``
+    with ``n`` slots, returned as ``weight_dtype``: two leaves and the total
+    (:func:`sum_tolerance`) enter the ratio, beta <= 1 does not enlarge it,
+    the pow and the division add a few ulps, and the result is rounded to
+    ``weight_dtype``: ``rtol = 2 * rtol_sum(dtype, n) + 4 * eps(weight_dtype)``,
+    ``atol = eps(weight_dtype) * 2**-10`` for weights near 0."""
+    wd = weight_dtype if weight_dtype.is_floating_point else torch.float64
+    rtol = 2 * sum_tolerance(dtype, n).rtol + 4 * _eps(wd)
+    atol = _eps(wd) * 2.0**-10
+    return Tolerance(
+        rtol,
+        atol,
+        f"rtol = 2 * sum rtol({_name(dtype)}, N={n}) + 4 * eps({_name(wd)}) = {rtol:.2g}, "
+        f"atol = eps({_name(wd)}) / 1024 = {atol:.2g}",
+    )
+
+
 def assert_close(
     what: str,
     got: torch.Tensor,
     expected: torch.Tensor,
     trace: Trace | None = None,
     *,
-    rtol: float,
+    rtol: float | None = None,
     atol: float = 0.0,
+    tol: Tolerance | None = None,
 ) -> None:
     """Tolerance: ``|got - expected| <= atol + rtol * |expected|`` elementwise,
-    compared in float64; shapes must match, NaN fails."""
+    compared in float64; shapes must match, NaN fails. Pass ``tol`` (a
+    :class:`Tolerance`) to state the bound's derivation in the message."""
+    if tol is not None:
+        rtol, atol = tol.rtol, tol.atol
+    if rtol is None:
+        raise ValueError("assert_close: rtol=None, but should be given (or tol=Tolerance(...))")
     g = torch.as_tensor(got).detach().cpu().to(torch.float64)
     e = torch.as_tensor(expected).detach().cpu().to(torch.float64)
     if g.shape != e.shape:
@@ -291,7 +384,9 @@ def assert_close(
             g,
             e,
             trace,
-            f"tolerance rtol={rtol:g} atol={atol:g}; worst |err|={err[bad].max().item():.3g}; "
+            f"tolerance {tol.bound if tol is not None else f'rtol={rtol:g} atol={atol:g}'}; "
+            f"worst |err|={err[bad].max().item():.3g} "
+            f"(relative {(err[bad] / e.abs()[bad].clamp_min(1e-300)).max().item():.3g}); "
             f"at {i}: got {g[pos].item()!r}, expected {e[pos].item()!r}",
         )
 

@@ -17,17 +17,27 @@ Contract
 * ``Adapter.unavailable`` maps a capability to the reason it cannot run *here*
   (e.g. an ImportError text). Such properties are reported as "unavailable",
   never as passing.
+* ``Adapter.conventions`` (a :class:`Conventions`) declares where the buffer
+  follows a documented rule of its own instead of the spec's: the priority
+  dtype, the eps rule, the priority of new rows, the weight normaliser, the
+  sampling scheme, whether it can be seeded and the allowed parameter ranges.
+  The defaults are the spec's rules. A declaration never turns a violation
+  into a pass: the invariant is checked in the convention's own terms, and
+  the report shows the deviation next to the results it affects.
 
 Data model: a buffer stores rows of a ``TensorDict`` with batch size ``[n]``.
 Indices are int64 slot numbers in ``[0, capacity)``. Priorities passed in are
-*raw* (before ``(p + eps) ** alpha``); ``stored_priority`` returns the
-transformed value the tree holds, as float64.
+*raw* (before ``(p + eps) ** alpha``), in ``conventions.priority_dtype`` (see
+:meth:`Conventions.priorities`); ``stored_priority`` (capability
+``"priority_readback"``) returns the transformed value the tree holds, as
+float64. The full method contract is in docs/adapters.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,7 +48,8 @@ from tensordict import TensorDictBase
 CAPABILITIES = frozenset(
     {
         "random",  # uniform sampling with replacement
-        "prioritized",  # proportional prioritized sampling with weights
+        "prioritized",  # proportional prioritized sampling with weights, update_priority
+        "priority_readback",  # stored_priority(index) and max_priority can be read
         "slice",  # trajectory slice sampling
         "transforms",  # a transform applied to each sample
         "pin_memory",  # the pin step runs last, after transforms, on info too
@@ -51,6 +62,188 @@ CAPABILITIES = frozenset(
         "bad_input",  # invalid arguments raise and leave the buffer unchanged
     }
 )
+
+
+# --------------------------------------------------------------------------
+# conventions: documented rules of a real buffer that differ from the spec
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamRange:
+    """An interval of allowed values for alpha, beta or eps, e.g.
+    ``ParamRange(0.0, math.inf, low_closed=False)`` for tianshou's ``alpha > 0``."""
+
+    low: float
+    high: float
+    low_closed: bool = True
+    high_closed: bool = True
+
+    def __post_init__(self) -> None:
+        if not (self.low <= self.high) or math.isnan(self.low) or math.isnan(self.high):
+            raise ValueError(f"ParamRange low={self.low!r}, high={self.high!r}, but should have low <= high")
+
+    def contains(self, x: float) -> bool:
+        """Whether ``x`` is allowed (NaN never is; an infinite end is never closed)."""
+        if not isinstance(x, (int, float)) or isinstance(x, bool) or math.isnan(x):
+            return False
+        above = x > self.low or (self.low_closed and x == self.low and math.isfinite(x))
+        below = x < self.high or (self.high_closed and x == self.high and math.isfinite(x))
+        return above and below
+
+    def describe(self) -> str:
+        """Interval notation: ``[0, 1]``, ``(0, inf)``."""
+        left = "[" if self.low_closed and math.isfinite(self.low) else "("
+        right = "]" if self.high_closed and math.isfinite(self.high) else ")"
+        return f"{left}{self.low:g}, {self.high:g}{right}"
+
+
+#: The spec's own ranges (reference.prioritized_sampler.check_param).
+SPEC_PARAM_RANGES: Mapping[str, ParamRange] = {
+    "alpha": ParamRange(0.0, math.inf),
+    "beta": ParamRange(0.0, 1.0),
+    "eps": ParamRange(0.0, math.inf),
+}
+
+#: Allowed values of each string convention; the first is the spec's rule.
+EPS_RULES = ("add", "finfo_on_update")
+NEW_PRIORITIES = ("max_seen", "max_held", "constant")
+WEIGHT_NORMALISERS = ("buffer_min", "batch_max", "none")
+SAMPLING_SCHEMES = ("independent", "stratified")
+PRIORITY_DTYPES = (torch.float64, torch.float32)
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """Documented rules an adapter's buffer follows instead of the spec's.
+
+    The defaults ARE the spec (the reference declares nothing). Each field:
+
+    * ``priority_dtype``: the dtype the buffer takes priorities in and keeps
+      its trees in. The suite hands every priority over in this dtype
+      (:meth:`priorities`) and compares stored priorities, sums and weights
+      with a tolerance tied to its own error (``harness.assertions``).
+    * ``eps_rule``: ``"add"`` (spec: stored ``(p + eps) ** alpha`` on every
+      path) or ``"finfo_on_update"`` (no eps argument: the buffer uses
+      ``finfo(priority_dtype).eps`` in place of ``spec.eps``; tianshou).
+    * ``new_priority``: the raw priority a row written without one gets:
+      ``"max_seen"`` (spec: the largest raw priority over the buffer's life,
+      1.0 at first), ``"max_held"`` (the largest raw priority among the rows
+      held now, 1.0 when none) or ``"constant"`` (``new_priority_value``).
+    * ``weight_normaliser``: ``w_i = (N P_i) ** -beta`` divided by
+      ``"buffer_min"`` (spec: ``max_j (N P_j) ** -beta`` over the stored
+      slots), ``"batch_max"`` (the largest weight of the batch; tianshou's
+      default) or ``"none"`` (not divided).
+    * ``sampling``: ``"independent"`` (spec: B iid draws) or ``"stratified"``
+      (draw k from the k-th of B equal segments of the total mass; cpprb).
+    * ``seedable``: False when ``spec.seed`` cannot fix the draws; exact
+      replay properties are then skipped with the reason
+      "convention: not seedable", distributional ones still run.
+    * ``param_ranges``: allowed ``"alpha"``, ``"beta"``, ``"eps"`` (missing
+      names: the spec's range). Strategies draw over the whole declared range;
+      bad-input properties try its complement.
+    * ``notes``: convention name -> one line citing the library's source or
+      docs; shown in the report.
+    """
+
+    priority_dtype: torch.dtype = torch.float64
+    eps_rule: str = "add"
+    new_priority: str = "max_seen"
+    new_priority_value: float = 1.0
+    weight_normaliser: str = "buffer_min"
+    sampling: str = "independent"
+    seedable: bool = True
+    param_ranges: Mapping[str, ParamRange] = field(default_factory=dict)
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        choices = {
+            "priority_dtype": PRIORITY_DTYPES,
+            "eps_rule": EPS_RULES,
+            "new_priority": NEW_PRIORITIES,
+            "weight_normaliser": WEIGHT_NORMALISERS,
+            "sampling": SAMPLING_SCHEMES,
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(
+                    f"Conventions.{name}={value!r}, but should be one of {[str(a) for a in allowed]}"
+                )
+        unknown = set(self.param_ranges) - set(SPEC_PARAM_RANGES)
+        if unknown:
+            raise ValueError(
+                f"Conventions.param_ranges keys={sorted(unknown)}, but should be among {sorted(SPEC_PARAM_RANGES)}"
+            )
+        for name, value in self.param_ranges.items():
+            if not isinstance(value, ParamRange):
+                raise ValueError(
+                    f"Conventions.param_ranges[{name!r}]={value!r}, but should be a ParamRange"
+                )
+        if not (isinstance(self.new_priority_value, (int, float)) and math.isfinite(self.new_priority_value)
+                and self.new_priority_value >= 0):
+            raise ValueError(
+                f"Conventions.new_priority_value={self.new_priority_value!r}, but should be a finite number >= 0"
+            )
+        unknown_notes = set(self.notes) - {f.name for f in fields(self)}
+        if unknown_notes:
+            raise ValueError(
+                f"Conventions.notes keys={sorted(unknown_notes)}, but should name Conventions fields"
+            )
+
+    # -- what the suite uses -------------------------------------------------
+    def priorities(self, raw: Any) -> torch.Tensor:
+        """THE one conversion of raw priorities for a buffer: ``raw`` (numbers
+        or a tensor) as a tensor of ``priority_dtype``. Oracles start from
+        ``priorities(raw).double()``: the inputs after rounding."""
+        return torch.as_tensor(raw, dtype=torch.float64).to(self.priority_dtype)
+
+    def param_range(self, name: str) -> ParamRange:
+        """The declared range of ``"alpha"``, ``"beta"`` or ``"eps"`` (the spec's if undeclared)."""
+        if name not in SPEC_PARAM_RANGES:
+            raise ValueError(f"param name={name!r}, but should be one of {sorted(SPEC_PARAM_RANGES)}")
+        return self.param_ranges.get(name, SPEC_PARAM_RANGES[name])
+
+    def effective_eps(self, eps: float) -> float:
+        """The eps the buffer adds for a spec with ``eps``: the spec's under
+        ``"add"``, ``finfo(priority_dtype).eps`` under ``"finfo_on_update"``."""
+        if self.eps_rule == "finfo_on_update":
+            return float(torch.finfo(self.priority_dtype).eps)
+        return float(eps)
+
+    def deviations(self, notes: bool = True) -> dict[str, str]:
+        """The fields that differ from the spec, rendered (``{"priority_dtype":
+        "float32", ...}``), with the note if one is given (and ``notes``).
+        Empty for the spec."""
+        spec = Conventions()
+        out: dict[str, str] = {}
+        for f in fields(self):
+            if f.name in ("notes", "param_ranges", "new_priority_value"):
+                continue
+            value = getattr(self, f.name)
+            if value == getattr(spec, f.name):
+                continue
+            if f.name == "priority_dtype":
+                text = str(value).replace("torch.", "")
+            elif f.name == "new_priority" and value == "constant":
+                text = f"constant {self.new_priority_value:g}"
+            else:
+                text = str(value)
+            out[f.name] = text
+        for name in sorted(self.param_ranges):
+            declared = self.param_ranges[name]
+            if declared != SPEC_PARAM_RANGES[name]:
+                out[f"param_ranges.{name}"] = declared.describe()
+        for key in list(out) if notes else ():
+            note = self.notes.get(key.split(".", 1)[0])
+            if note:
+                out[key] += f" ({note})"
+        return out
+
+    def describe(self) -> str:
+        """One line for a report header: ``"spec"`` or ``"priority_dtype=float32; ..."``."""
+        dev = self.deviations()
+        return "; ".join(f"{k}={v}" for k, v in dev.items()) if dev else "spec (no deviations)"
 
 
 @dataclass(frozen=True)
@@ -72,6 +265,11 @@ class BufferSpec:
     pin_memory: bool = False
     device: str = "cpu"
     seed: int = 0
+    #: The row layout: key (a string, or a tuple for a nested key) -> (per-row
+    #: shape, dtype). The suite sets it on every spec it builds for data it
+    #: knows, so a buffer that allocates its fields up front can do so in
+    #: ``make(spec)``; None when the rows are not known in advance.
+    layout: Mapping[Any, tuple[tuple[int, ...], torch.dtype]] | None = None
 
     def but(self, **changes: Any) -> BufferSpec:
         return replace(self, **changes)
@@ -112,14 +310,17 @@ class BufferUnderTest(Protocol):
     # --- priorities (capability "prioritized") -----------------------------
     def update_priority(
         self, index: torch.Tensor, priority: torch.Tensor, generation: torch.Tensor | None = None
-    ) -> None: ...
+    ) -> None:
+        """Set raw priorities (``conventions.priority_dtype``) of int64 slots."""
 
+    # --- read-back (capability "priority_readback") --------------------------
     def stored_priority(self, index: torch.Tensor) -> torch.Tensor:
         """The transformed priorities ``(p + eps) ** alpha`` held for slots, float64."""
 
     @property
     def max_priority(self) -> float:
-        """The largest raw priority seen, as the implementation records it."""
+        """The largest raw priority seen (under ``new_priority="max_seen"``),
+        as a Python float."""
 
     # --- shared randomness (capability "shared_rng") -----------------------
     def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
@@ -150,12 +351,18 @@ class Adapter:
     patch_pin_step: Callable[[Callable], Any] | None = None
     #: Test ids this implementation is known to fail: a path to a text file.
     known_failures: Path | None = None
+    #: Documented rules that differ from the spec (the default: none).
+    conventions: Conventions = field(default_factory=Conventions)
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - CAPABILITIES
         if unknown:
             raise ValueError(
                 f"capabilities={sorted(unknown)} are unknown, but should be among {sorted(CAPABILITIES)}"
+            )
+        if not isinstance(self.conventions, Conventions):
+            raise ValueError(
+                f"conventions={self.conventions!r}, but should be a harness.protocol.Conventions"
             )
 
     def has(self, capability: str) -> bool:

@@ -22,6 +22,12 @@ Fixtures: ``impl`` (the Adapter), ``make_buffer(spec=None, **fields)``,
 ``"not declared: <cap>"`` when the adapter does not declare a capability and
 ``"unavailable: <cap>: <why>"`` when it declares it but it cannot run here;
 the results file records the latter as ``unavailable``, never as a pass.
+Marker ``@pytest.mark.conventions("priority_dtype", ...)``: the declared
+conventions (``Adapter.conventions``) the test checks its invariant under;
+the deviations among them are recorded with the result and shown next to it
+in the report. Marker ``@pytest.mark.exact_replay``: the test replays draws
+exactly (same seed -> same draws); skipped with ``"convention: not
+seedable"`` when the adapter declares ``seedable=False``.
 
 Known-failures files hold one test id per line followed by
 ``# reason (link)``. An id is a node id (``rbcheck/conformance/test_x.py::test_y[p]``),
@@ -212,6 +218,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "requires(*capabilities): skip unless the implementation under test declares "
         "the capabilities and they can run here",
     )
+    config.addinivalue_line(
+        "markers",
+        "conventions(*names): the declared conventions this test checks its invariant under "
+        "(shown with its result in the report)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "exact_replay: the test needs seeded draws; skipped for an adapter declaring seedable=False",
+    )
     impl_name = config.getoption("rbcheck_impl") or os.environ.get("RBCHECK_IMPL") or DEFAULT_IMPL
     profile = (
         config.getoption("rbcheck_profile") or os.environ.get("RBCHECK_PROFILE") or DEFAULT_PROFILE
@@ -309,6 +324,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             lines.append(f"rbcheck unavailable: {cap}: {why}")
     else:
         lines.append("rbcheck unavailable: (none)")
+    lines.append(f"rbcheck conventions: {adapter.conventions.describe()}")
     lines.append(f"rbcheck device: {state.device}")
     lines.append(f"rbcheck hypothesis profile: {state.profile}")
     if state.known_failures_path is not None:
@@ -321,6 +337,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 # --------------------------------------------------------------------------
 # Capabilities -> skips
 # --------------------------------------------------------------------------
+
+
+#: Skip reason of exact-replay properties for an adapter declaring seedable=False.
+SEED_SKIP = "convention: not seedable (exact replay of draws needs a seed)"
+
+
+def declared_conventions(item: pytest.Item, adapter: Adapter) -> dict[str, str]:
+    """The adapter's deviations from the spec among the conventions ``item``
+    declares it checks under (``@pytest.mark.conventions``)."""
+    names: set[str] = set()
+    for mark in item.iter_markers("conventions"):
+        names.update(mark.args)
+    deviations = adapter.conventions.deviations(notes=False)
+    return {k: v for k, v in deviations.items() if k.split(".", 1)[0] in names}
 
 
 def capability_skip_reason(adapter: Adapter, capabilities: tuple[str, ...]) -> str | None:
@@ -375,6 +405,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
                 break
+        if not state.adapter.conventions.seedable and item.get_closest_marker("exact_replay"):
+            item.add_marker(pytest.mark.skip(reason=SEED_SKIP))
         for entry in state.known_failures:
             if id_matches(entry.test_id, item.nodeid):
                 entry.matched += 1
@@ -514,6 +546,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             "doc": one_line(((getattr(item, "obj", None) and item.obj.__doc__) or "").strip().split("\n\n")[0], 200),
             "outcome": "not run",
             "message": "",
+            "conventions": declared_conventions(item, state.adapter),
         }
 
 
@@ -559,6 +592,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "version": adapter.version,
         "capabilities": sorted(adapter.capabilities),
         "unavailable": dict(sorted(adapter.unavailable.items())),
+        "conventions": adapter.conventions.deviations(),
         "profile": state.profile,
         "known_failures_file": str(state.known_failures_path) if state.known_failures_path else None,
         "warnings": state.warnings,

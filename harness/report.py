@@ -14,6 +14,10 @@ Each cell is one of::
     | XPASS (<reason>)  -- a known failure that passed: update the list
     | not run | -- (the implementation's run did not collect it)
 
+A cell of a property checked under a declared convention that differs from
+the spec reads ``pass [convention: name=value; ...]`` (or ``FAIL [...] (...)``); each implementation's
+declared conventions (with their notes) are listed under "Implementations".
+
 Exit status: 1 when the reference or a variant fails anything, does not load,
 or crashes; third parties (``torchrl``, ``pkg.module:factory``) failing is
 reported, not an error. ``--from-results NAME=PATH`` builds the report from
@@ -56,6 +60,7 @@ class ImplResult:
     version: str = ""
     capabilities: list[str] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
+    conventions: dict[str, str] = field(default_factory=dict)
     exitstatus: int | None = None
     warnings: list[str] = field(default_factory=list)
     tests: list[dict[str, Any]] = field(default_factory=list)
@@ -68,6 +73,7 @@ class ImplResult:
             version=payload.get("version", ""),
             capabilities=list(payload.get("capabilities", [])),
             unavailable=dict(payload.get("unavailable", {})),
+            conventions=dict(payload.get("conventions", {})),
             exitstatus=payload.get("exitstatus"),
             warnings=list(payload.get("warnings", [])),
             tests=list(payload.get("tests", [])),
@@ -83,7 +89,23 @@ def row_id(nodeid: str) -> str:
     return suite_relative(nodeid)
 
 
-def cell_text(outcome: str, message: str) -> str:
+def conventions_text(conventions: dict[str, str]) -> str:
+    """`` [convention: weight_normaliser=batch_max; ...]`` or ``""``."""
+    if not conventions:
+        return ""
+    return " [convention: " + "; ".join(f"{k}={v}" for k, v in sorted(conventions.items())) + "]"
+
+
+def cell_text(outcome: str, message: str, conventions: dict[str, str] | None = None) -> str:
+    """The cell of one result; the deviations it was checked under follow it."""
+    text = _cell_text(outcome, message)
+    if outcome in TRIED and conventions:  # before the message, so clipping keeps it
+        head, _, rest = text.partition(" ")
+        text = head + conventions_text(conventions) + (" " + rest if rest else "")
+    return text
+
+
+def _cell_text(outcome: str, message: str) -> str:
     if outcome == "pass":
         return "pass"
     if outcome in ("fail", "error"):
@@ -131,10 +153,12 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
             rid = row_id(test["nodeid"])
             row = rows.setdefault(rid, {"id": rid, "property": test.get("property", rid),
                                         "doc": test.get("doc", ""), "cells": {}})
+            conventions = dict(test.get("conventions") or {})
             row["cells"][result.name] = {
                 "outcome": test["outcome"],
                 "message": test.get("message", ""),
-                "text": cell_text(test["outcome"], test.get("message", "")),
+                "conventions": conventions,
+                "text": cell_text(test["outcome"], test.get("message", ""), conventions),
             }
     for row in rows.values():
         for result in results:
@@ -151,6 +175,7 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for test in result.tests:
             counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
+        under = sum(1 for t in result.tests if t.get("conventions") and t["outcome"] in TRIED)
         implementations[result.name] = {
             "status": result.status,
             "why": result.why,
@@ -158,6 +183,8 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
             "third_party": is_third_party(result.name),
             "capabilities": result.capabilities,
             "unavailable": result.unavailable,
+            "conventions": result.conventions,
+            "under_convention": under,
             "exitstatus": result.exitstatus,
             "warnings": result.warnings,
             "counts": counts,
@@ -237,6 +264,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"- capabilities: {', '.join(info['capabilities']) or '(none)'}")
             for cap, why in sorted(info["unavailable"].items()):
                 lines.append(f"- unavailable: {cap}: {why}")
+            conventions = info.get("conventions") or {}
+            if conventions:
+                lines.append(f"- declared conventions ({info.get('under_convention', 0)} results "
+                             "checked under them, marked [convention: ...]):")
+                lines += [f"  - {k} = {_md_escape(v)}" for k, v in sorted(conventions.items())]
+            else:
+                lines.append("- declared conventions: none (the spec's rules)")
             for warning in info["warnings"]:
                 lines.append(f"- warning: {warning}")
         lines.append("")
@@ -274,6 +308,8 @@ def render_text(report: dict[str, Any]) -> str:
                 lines.append(f"  {robustness_text(info['robustness'])}")
             for cap, why in sorted(info["unavailable"].items()):
                 lines.append(f"  unavailable: {cap}: {_clip(why, 160)}")
+            for key, value in sorted((info.get("conventions") or {}).items()):
+                lines.append(f"  convention: {key} = {_clip(value, 160)}")
     return "\n".join(lines)
 
 

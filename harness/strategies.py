@@ -21,7 +21,7 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict, TensorDictBase
 
-from rbcheck.harness.protocol import BufferSpec
+from rbcheck.harness.protocol import SPEC_PARAM_RANGES, BufferSpec, Conventions, ParamRange
 
 __all__ = [
     "Field",
@@ -41,6 +41,8 @@ __all__ = [
     "alphas",
     "betas",
     "epsilons",
+    "param_values",
+    "spec_layout",
     "transforms",
     "operations",
     "specs",
@@ -99,6 +101,16 @@ class Layout:
         for k, v in extra.items():
             td.set(k, v)
         return td
+
+    def spec_layout(self, **extra: tuple[tuple[int, ...], torch.dtype]) -> dict:
+        """The rows' layout for :attr:`BufferSpec.layout`: key -> (per-row
+        shape, dtype), ``id`` included; ``extra`` adds keys (e.g.
+        ``priority=((), torch.float64)``)."""
+        out: dict = {ID_KEY: ((), torch.int64)}
+        for f in self.fields:
+            out[f.key if len(f.key) > 1 else f.key[0]] = (tuple(f.shape), getattr(torch, f.dtype))
+        out.update(extra)
+        return out
 
     def row(self, i: int, **extra: torch.Tensor) -> TensorDict:
         """Row ``i`` alone, without a batch dimension (for ``add``)."""
@@ -304,16 +316,54 @@ def priority_vectors(n: int, max_value: float = 100.0) -> st.SearchStrategy[torc
     )
 
 
-def alphas() -> st.SearchStrategy[float]:
-    return st.one_of(st.sampled_from([0.0, 0.5, 0.6, 1.0]), st.floats(0.05, 1.0))
+#: Where an unbounded range is cut for drawing (alpha, eps up to this; the
+#: draws still reach both ends of every bounded range).
+DRAW_CAP = {"alpha": 3.0, "beta": 1.0, "eps": 1.0}
+#: Values every range is tried at when it contains them.
+LANDMARKS = {
+    "alpha": (0.0, 0.5, 0.6, 1.0, 2.0),
+    "beta": (0.0, 0.4, 1.0),
+    "eps": (0.0, 1e-8, 1e-6, 1e-3, 0.01, 0.5),
+}
 
 
-def betas() -> st.SearchStrategy[float]:
-    return st.one_of(st.sampled_from([0.0, 0.4, 1.0]), st.floats(0.0, 1.0))
+def param_values(name: str, conventions: Conventions | None = None, *, at_least: float | None = None
+                 ) -> st.SearchStrategy[float]:
+    """``"alpha"``, ``"beta"`` or ``"eps"`` over the WHOLE declared range
+    (``conventions.param_range(name)``, the spec's by default): its closed
+    ends (eps = 0 where allowed), landmark values inside it, and any float
+    in it (an unbounded end is cut at :data:`DRAW_CAP`). ``at_least`` keeps
+    draws >= that value (a property that needs e.g. beta > 0 says so)."""
+    rng: ParamRange = (conventions or Conventions()).param_range(name)
+    low, high = rng.low, min(rng.high, max(DRAW_CAP[name], rng.low))
+    if at_least is not None and at_least > low:
+        low = at_least
+        rng = ParamRange(at_least, rng.high, True, rng.high_closed)
+    inside = [v for v in LANDMARKS[name] if rng.contains(v) and v <= high]
+    for end in (rng.low, rng.high):
+        if rng.contains(end) and end not in inside:
+            inside.append(end)
+    floats = st.floats(
+        low,
+        high,
+        exclude_min=not rng.contains(low),
+        exclude_max=not rng.contains(high),
+        allow_nan=False,
+        allow_infinity=False,
+    )
+    return st.one_of(st.sampled_from(sorted(inside)), floats) if inside else floats
 
 
-def epsilons() -> st.SearchStrategy[float]:
-    return st.sampled_from([1e-8, 1e-6, 1e-3, 0.01])
+def alphas(conventions: Conventions | None = None) -> st.SearchStrategy[float]:
+    return param_values("alpha", conventions)
+
+
+def betas(conventions: Conventions | None = None) -> st.SearchStrategy[float]:
+    return param_values("beta", conventions)
+
+
+def epsilons(conventions: Conventions | None = None) -> st.SearchStrategy[float]:
+    return param_values("eps", conventions)
 
 
 def transforms(include_none: bool = True) -> st.SearchStrategy:
@@ -367,16 +417,28 @@ def specs(
     capacity: st.SearchStrategy[int] | None = None,
     with_transform: bool = False,
     priority_key: bool = False,
+    conventions: Conventions | None = None,
 ) -> BufferSpec:
     """A BufferSpec for one of ``samplers`` (callers pass only those the
-    adapter declares)."""
+    adapter declares); alpha, beta and eps over the adapter's declared
+    ranges (``conventions``)."""
     sampler = draw(st.sampled_from(samplers))
     cap = draw(capacity if capacity is not None else capacities())
     kwargs: dict = {"capacity": cap, "sampler": sampler, "seed": draw(st.integers(0, 2**31 - 1))}
     if sampler == "prioritized":
-        kwargs.update(alpha=draw(alphas()), beta=draw(betas()), eps=draw(epsilons()))
+        kwargs.update(
+            alpha=draw(alphas(conventions)), beta=draw(betas(conventions)), eps=draw(epsilons(conventions))
+        )
         if priority_key:
             kwargs["priority_key"] = "priority"
     if with_transform:
         kwargs["transform"] = draw(transforms())
     return BufferSpec(**kwargs)
+
+
+def spec_layout(data: TensorDictBase) -> dict:
+    """The layout of ``data`` (a batch of rows) for :attr:`BufferSpec.layout`."""
+    return {
+        key: (tuple(value.shape[len(data.batch_size):]), value.dtype)
+        for key, value in data.items(include_nested=True, leaves_only=True)
+    }

@@ -26,7 +26,7 @@ from unittest import mock
 import torch
 from tensordict import TensorDictBase
 
-from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
+from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec, Conventions
 
 #: Components a spec is built from; a variant may replace any of them.
 COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler")
@@ -185,6 +185,7 @@ def buffer_adapter(
     place_policy: Callable | None = None,
     pin_module: str | None = "rbcheck.reference.pinning",
     known_failures: Path | None = None,
+    conventions: Conventions | None = None,
 ) -> Adapter:
     """An :class:`Adapter` for ``buffer_cls``, a class with the reference
     ``ReplayBuffer``'s public shape.
@@ -194,7 +195,8 @@ def buffer_adapter(
     ``TensorStorage``, ``RandomSampler``, ``PrioritizedSampler`` and
     ``SliceSampler`` (any missing one is taken from ``reference``), or a
     zero-argument callable returning one. ``cuda`` is reported unavailable
-    automatically when no CUDA device is present.
+    automatically when no CUDA device is present. ``conventions`` declares
+    documented deviations from the spec (default: none).
     """
     capabilities = frozenset(capabilities)
     unavailable = dict(unavailable or {})
@@ -244,6 +246,7 @@ def buffer_adapter(
         place_policy=place_policy,
         patch_pin_step=patch_module_pin_step(pin_module) if pin_module else None,
         known_failures=known_failures,
+        conventions=conventions or Conventions(),
     )
 
 
@@ -270,7 +273,8 @@ def _reference_buffer_cls() -> type:
 
 
 def reference_adapter() -> Adapter:
-    """The reference implementation: declares every capability."""
+    """The reference implementation: declares every capability and no
+    convention (its rules are the spec's)."""
     return buffer_adapter(
         "reference",
         project_version(),

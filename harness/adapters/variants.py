@@ -21,7 +21,7 @@ from rbcheck.harness.adapters.reference import buffer_adapter, project_version
 
 #: What the variants claim (everything but policy placement, which is not theirs).
 CAPABILITIES = frozenset({
-    "random", "prioritized", "slice", "transforms", "pin_memory", "save_load",
+    "random", "prioritized", "priority_readback", "slice", "transforms", "pin_memory", "save_load",
     "shared_rng", "stale_updates", "priority_key", "cuda", "bad_input",
 })
 

@@ -33,6 +33,7 @@ import torch
 from tensordict import TensorDict
 
 from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.oracle import reads_back
 from rbcheck.harness.protocol import BufferSpec
 
 pytestmark = pytest.mark.requires("bad_input")
@@ -211,7 +212,7 @@ def snapshot(buf, spec: BufferSpec) -> dict:
     state = {"len": len(buf), "cursor": buf.cursor, "write_count": buf.write_count}
     if len(buf):
         state["contents"] = buf.contents()
-    if spec.sampler == "prioritized":
+    if reads_back(spec):  # capability "priority_readback"
         state["stored_priority"] = buf.stored_priority(torch.arange(spec.capacity))
         state["max_priority"] = buf.max_priority
     return state

@@ -37,6 +37,7 @@ import torch
 from tensordict import TensorDict
 
 from rbcheck.harness.assertions import Trace, fail
+from rbcheck.harness.oracle import reads_back
 from rbcheck.harness.protocol import BufferSpec
 
 pytestmark = pytest.mark.requires("save_load")
@@ -85,7 +86,7 @@ def snapshot(buf, spec: BufferSpec) -> dict:
     if len(buf):
         for key, value in buf.contents().items(include_nested=True, leaves_only=True):
             state[f"contents[{key!r}]"] = value
-    if spec.sampler == "prioritized":
+    if reads_back(spec):  # capability "priority_readback"
         state["stored_priority"] = buf.stored_priority(torch.arange(spec.capacity))
         state["max_priority"] = buf.max_priority
     return state

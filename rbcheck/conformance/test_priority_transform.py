@@ -14,7 +14,7 @@ from rbcheck.harness.assertions import Trace, assert_close, assert_same
 from rbcheck.harness.stateful import PRIORITY_RTOL
 from rbcheck.harness.strategies import alphas, epsilons, layouts, priorities
 
-pytestmark = pytest.mark.requires("prioritized")
+pytestmark = pytest.mark.requires("prioritized", "priority_readback")
 
 
 def once(raw, eps: float, alpha: float) -> torch.Tensor:

@@ -285,7 +285,7 @@ def stale_setups(draw):
     return spec, k, overwrite, raw
 
 
-@pytest.mark.requires("prioritized", "stale_updates")
+@pytest.mark.requires("prioritized", "priority_readback", "stale_updates")
 @given(setup=stale_setups())
 def test_stale_priority_updates_are_ignored(impl, setup):
     """exact (float64 pow, up to last-ulp rounding): update_priority(index,

@@ -63,7 +63,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
     def to(self, device: str | torch.device) -> PrioritizedSampler:
         """Move trees and max priority to ``device`` (the buffer calls this)."""
         device = torch.device(device)
-        if device != self.sum_tree.nodes.device:
+        if device != self.sum_tree.raw_nodes.device:
             self.sum_tree.nodes = place(self.sum_tree.nodes, device)
             self.min_tree.nodes = place(self.min_tree.nodes, device)
         self.device = self.sum_tree.device = self.min_tree.device = device
@@ -120,14 +120,14 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
     def _native(self) -> bool:
         """Whether ``sample`` runs the fused C draw (CPU trees, native path loaded)."""
         return (self.device.type == "cpu" and not (self.backend == "triton" and interpreting())
-                and native.usable(self.sum_tree.nodes))
+                and native.usable(self.sum_tree.raw_nodes))
 
     def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
         check_batch_size(batch_size)
         check_not_empty(storage)
         fused = self._native()
         if fused:  # plain reads: no stacking, no tensor round trip
-            total, low = self.sum_tree.nodes[1].item(), self.min_tree.nodes[1].item()
+            total, low = self.sum_tree.raw_nodes[1].item(), self.min_tree.raw_nodes[1].item()
         else:
             total, low = torch.stack([self.sum_tree.root(), self.min_tree.root()]).tolist()
         if not total > 0:
@@ -143,7 +143,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         divisor = (n * p_min) ** -self.beta
         # the reference's (n * (leaf / total)) ** -beta / (n * p_min) ** -beta, op by op
         if fused:  # C: mass = u * total, descent, n * (leaf / total); torch: the pow; C: / and float32
-            native.sample_prefix(self.sum_tree.nodes, self.sum_tree.size, u, total, n, index, leaf)
+            native.sample_prefix(self.sum_tree.raw_nodes, self.sum_tree.size, u, total, n, index, leaf)
             leaf.pow_(-self.beta)
             return {"index": index, "weight": native.divide_to_float(leaf, divisor, out)}
         mass = u.to(dev) if dev.type != "cpu" else u

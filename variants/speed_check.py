@@ -3,6 +3,7 @@
     python -m rbcheck.variants.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
                                    [--threads 1,0]  # 0: torch's default
                                    [--scalar]  # the descent's scalar code, not AVX2
+                                   [--no-torchrl]  # leave TorchRL's sampler out
 
 Fills a reference buffer and the variants with the same rows (obs
 float32[8], action float32[2], reward float32[1]) and priorities, checks that
@@ -19,7 +20,13 @@ repetitions of:
   variant's CPU storage interleaves the fields of a row), into fresh tensors.
   "rows" cycles through the index sets of 64 earlier samples, so the rows
   are as cold in the caches as a new sample's; "warm" repeats one index set (the rows stay cached: a lower floor);
-* ``update_priority`` of ``batch`` random slots.
+* ``update_priority`` of ``batch`` random slots (the same slots every call);
+* ``extend`` of ``batch`` rows (with their priorities) into the full buffer;
+* the same three for TorchRL's ``PrioritizedSampler`` (a
+  ``TensorDictReplayBuffer`` over a ``LazyTensorStorage``, filled with the
+  same rows and priorities) when TorchRL is installed and its C++ extension
+  loads (else the reason is printed). Each gets priorities in the dtype its
+  trees hold: float64 for rbcheck, float32 for TorchRL's trees.
 
 Ratios for every thread count (``--threads``) are printed together at the end.
 CUDA timings synchronise inside the timed region. Benchmarks proper live in
@@ -29,6 +36,7 @@ CUDA timings synchronise inside the timed region. Benchmarks proper live in
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
@@ -49,14 +57,34 @@ def build(kind: str, capacity: int, device: str):
     return variants.ReplayBuffer(capacity, sampler=sampler, generator=0, device=device)
 
 
+def rows(n: int, g: torch.Generator) -> TensorDict:
+    return TensorDict({"obs": torch.randn(n, 8, generator=g), "action": torch.randn(n, 2, generator=g),
+                       "reward": torch.randn(n, 1, generator=g),
+                       "priority": torch.rand(n, generator=g) * 10}, batch_size=[n])
+
+
 def fill(buffer, capacity: int, device: str, chunk: int = 1 << 16) -> None:
     g = torch.Generator().manual_seed(1)
     for start in range(0, capacity, chunk):
-        n = min(chunk, capacity - start)
-        td = TensorDict({"obs": torch.randn(n, 8, generator=g), "action": torch.randn(n, 2, generator=g),
-                         "reward": torch.randn(n, 1, generator=g),
-                         "priority": torch.rand(n, generator=g) * 10}, batch_size=[n])
-        buffer.extend(td.to(device))
+        buffer.extend(rows(min(chunk, capacity - start), g).to(device))
+
+
+def build_torchrl(capacity: int):
+    """TorchRL's prioritized buffer, or the reason it cannot run here."""
+    try:
+        from rbcheck.harness.adapters.torchrl import probe_prioritized
+
+        why = probe_prioritized()
+        if why is not None:
+            return None, why
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        from torchrl.data.replay_buffers.samplers import PrioritizedSampler
+    except ImportError as err:
+        return None, f"torchrl does not import: {err}"
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity),
+                                sampler=PrioritizedSampler(capacity, alpha=0.6, beta=0.4),
+                                priority_key="priority", generator=torch.Generator().manual_seed(0))
+    return rb, None
 
 
 def timer(fn, device: str, torch_path: bool = False):
@@ -99,6 +127,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--scalar", action="store_true",
                         help="the native descent's scalar code even where the CPU has AVX2 "
                              "(what a CPU without AVX2 runs)")
+    parser.add_argument("--no-torchrl", action="store_true", help="leave TorchRL's sampler out")
     parser.add_argument("--threads", default="1,0",
                         help="comma-separated torch CPU thread counts, 0 = torch's default "
                              "(on a busy 2-core machine 1 is far less noisy)")
@@ -113,6 +142,10 @@ def main(argv=None) -> dict:
     buffers = {k: build(k, cap, "cpu" if k == "reference" else device) for k in kinds}
     for buffer in buffers.values():
         fill(buffer, cap, "cpu" if buffer is buffers["reference"] else device)
+    trl, why = (None, "--no-torchrl") if args.no_torchrl else build_torchrl(cap)
+    print(f"TorchRL's PrioritizedSampler: {'timed' if trl is not None else 'left out: ' + why}")
+    if trl is not None:
+        fill(trl, cap, "cpu")
     want = buffers["reference"].sample(batch)[1]["index"]  # each buffer's first draw, same seed
     for k in kinds[1:]:  # correctness before speed: same seed, same indices
         got = buffers[k].sample(batch)[1]["index"].cpu()
@@ -129,6 +162,7 @@ def main(argv=None) -> dict:
     g = torch.Generator().manual_seed(2)
     slots = torch.randint(0, cap, (batch,), generator=g)
     prio = torch.rand(batch, generator=g, dtype=torch.float64) * 10
+    new_rows = rows(batch, g)  # extend: each buffer its own copy (TorchRL adds keys in place)
     cases = {
         "index_select rows": timer(lambda: [torch.index_select(c, 0, index_sets[next(turn) % 64])
                                             for c in columns], device),
@@ -144,6 +178,14 @@ def main(argv=None) -> dict:
             cases[f"{name} sample"] = timer(lambda b=b: b.sample(batch), dev, torch_path)
             cases[f"{name} update_priority"] = timer(lambda b=b, s=s, p=p: b.update_priority(s, p),
                                                      dev, torch_path)
+            if not torch_path:
+                data = new_rows.to(dev)
+                cases[f"{name} extend"] = timer(lambda b=b, data=data: b.extend(data), dev)
+    if trl is not None:
+        p32, data = prio.to(torch.float32), new_rows.clone()
+        cases["torchrl sample"] = timer(lambda: trl.sample(batch), "cpu")
+        cases["torchrl update_priority"] = timer(lambda: trl.update_priority(slots, p32), "cpu")
+        cases["torchrl extend"] = timer(lambda: trl.extend(data), "cpu")
     names = ["device"] + (["device-torch"] if cpu else ["triton"])
     results = {}
     for threads in [int(t) for t in args.threads.split(",")]:
@@ -154,14 +196,22 @@ def main(argv=None) -> dict:
         for name, (us, n) in median.items():
             print(f"  {name:30s} {us:10.1f} us  (median of {n})")
     print("ratios (sample: x faster than the reference | x the index_select of the same rows "
-          "(cold / warm); update_priority: x faster than the reference)")
+          "(cold / warm); update_priority, extend: x faster than the reference; vs TorchRL: "
+          "TorchRL's time / this one's)")
     for threads, median in results.items():
         ref_s, ref_u = median["reference sample"][0], median["reference update_priority"][0]
-        rows, warm = median["index_select rows"][0], median["index_select warm"][0]
+        floor, warm = median["index_select rows"][0], median["index_select warm"][0]
         for name in names:
             s, u = median[f"{name} sample"][0], median[f"{name} update_priority"][0]
+            e = median[f"{name} extend"][0] if f"{name} extend" in median else math.nan
             print(f"  threads={threads} {name:13s} sample {ref_s / s:6.1f}x faster | "
-                  f"{s / rows:5.2f}x / {s / warm:5.2f}x index_select | update {ref_u / u:6.1f}x faster")
+                  f"{s / floor:5.2f}x / {s / warm:5.2f}x index_select | update {ref_u / u:6.1f}x faster"
+                  f" | extend {median['reference extend'][0] / e:5.1f}x faster")
+            if "torchrl sample" in median:
+                print(f"  threads={threads} {name:13s} vs TorchRL: sample "
+                      f"{median['torchrl sample'][0] / s:5.2f}x | update_priority "
+                      f"{median['torchrl update_priority'][0] / u:5.2f}x | extend "
+                      f"{median['torchrl extend'][0] / e:5.2f}x TorchRL's speed")
     return results
 
 

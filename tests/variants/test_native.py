@@ -192,6 +192,58 @@ def test_update_native_equals_torch_path_and_reference(capacity):
             assert_bits(got.nodes, want.nodes, f"{name} nodes [capacity={capacity}]")
 
 
+def poison_shadow_levels(tree) -> None:
+    """NaN into the shadow levels of ``tree.raw_nodes``: whatever reads them is caught."""
+    for level in native.shadow_levels(tree.depth):
+        tree.raw_nodes[1 << level:2 << level] = math.nan
+
+
+@needs_native
+@pytest.mark.parametrize("capacity", [64, 100, 1025, 5000])
+def test_shadow_levels_are_never_read_and_materialize_to_the_reference(capacity, descent_code):
+    """Native updates in a row leave only the shadow levels stale: with those
+    poisoned (NaN) after every update, every other level is the reference's bit for
+    bit, descents find the reference's leaves, and ``nodes`` (recomputed in C, or
+    by torch with the native path suspended) is the reference's tree."""
+    g = torch.Generator().manual_seed(capacity)
+    ref_sum, ref_min = reference.SumTree(capacity), reference.MinTree(capacity)
+    pairs = [(variants.VectorSumTree(capacity), variants.VectorMinTree(capacity)) for _ in range(2)]
+    depth = pairs[0][0].depth
+    shadow = native.shadow_levels(depth)
+    assert len(shadow) == 4, f"shadow levels={shadow}, but should be 4 levels at depth {depth}"
+    for step, (index, value, mask) in enumerate(update_program(capacity, g)):
+        value = value + 1e-3  # a positive total to descend
+        kept_index = index if mask is None else index[mask]
+        kept_value = value if mask is None else value[mask]
+        if len(kept_index):
+            ref_sum.update(kept_index, kept_value)
+            ref_min.update(kept_index, torch.where(kept_value > 0, kept_value, math.inf))
+        for nat_sum, nat_min in pairs:
+            update_pair(nat_sum, nat_min, index, value, mask)
+            poison_shadow_levels(nat_sum)
+            poison_shadow_levels(nat_min)
+        nat_sum, nat_min = pairs[0]
+        for level in set(range(depth + 1)) - set(shadow):
+            part = slice(1 << level, 2 << level)
+            assert_bits(nat_sum.raw_nodes[part], ref_sum.nodes[part], f"sum level {level} [step {step}]")
+            assert_bits(nat_min.raw_nodes[part], ref_min.nodes[part], f"min level {level} [step {step}]")
+        mass = edge_masses(ref_sum, g)
+        got, _ = find_prefix_native(nat_sum.raw_nodes, mass, nat_sum.size)
+        assert_bits(got, ref_sum.find_prefix(mass), f"descent on stale shadow levels [step {step}]")
+    assert_bits(pairs[0][0].nodes, ref_sum.nodes, "sum nodes (shadow levels recomputed in C)")
+    assert_bits(pairs[0][1].nodes, ref_min.nodes, "min nodes (shadow levels recomputed in C)")
+    with native.suspended():
+        assert_bits(pairs[1][0].nodes, ref_sum.nodes, "sum nodes (recomputed by torch)")
+        assert_bits(pairs[1][1].nodes, ref_min.nodes, "min nodes (recomputed by torch)")
+        index = torch.randint(0, capacity, (capacity // 3,), generator=g)
+        value = torch.rand(len(index), generator=g, dtype=torch.float64) + 1e-3
+        update_pair(*pairs[1], index, value)  # the torch path, on the recomputed tree
+    ref_sum.update(index, value)
+    ref_min.update(index, value)
+    assert_bits(pairs[1][0].nodes, ref_sum.nodes, "sum nodes after a torch-path update")
+    assert_bits(pairs[1][1].nodes, ref_min.nodes, "min nodes after a torch-path update")
+
+
 @needs_native
 def test_update_rejects_an_out_of_range_index_before_writing():
     tree = variants.VectorSumTree(10)

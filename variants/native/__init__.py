@@ -54,7 +54,9 @@ import torch
 
 SOURCE = Path(__file__).with_name("tree.c")
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
-ABI_VERSION = 8
+ABI_VERSION = 9
+#: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
+SHADOW_MIN_DEPTH = 6
 
 _state: dict = {}  # "lib": CDLL or None, "reason": str or None
 
@@ -124,8 +126,14 @@ def _build() -> ctypes.CDLL:
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.rb_find_prefix.argtypes = [p, i64, p, i64, p, p]
     lib.rb_find_prefix.restype = None
-    lib.rb_update.argtypes = [p, i64, p, i64, i64, i64, p, p, p, p, i64]
+    lib.rb_update.argtypes = [p, i64, p, i64, i64, i64, p, p, p, p, i64, i64]
     lib.rb_update.restype = i64
+    lib.rb_materialize.argtypes = [p, i64, i64]
+    lib.rb_materialize.restype = None
+    lib.rb_shadow_min_depth.argtypes = []
+    lib.rb_shadow_min_depth.restype = i64
+    if lib.rb_shadow_min_depth() != SHADOW_MIN_DEPTH:
+        raise RuntimeError(f"shadow min depth={lib.rb_shadow_min_depth()}, but should be {SHADOW_MIN_DEPTH}")
     lib.rb_sample_prefix.argtypes = [p, i64, p, i64, ctypes.c_double, ctypes.c_double, p, p, i64]
     lib.rb_sample_prefix.restype = None
     lib.rb_divide_to_float.argtypes = [p, i64, ctypes.c_double, p]
@@ -206,20 +214,38 @@ def find_prefix(nodes: torch.Tensor, mass: torch.Tensor, size: int, index: torch
                                  index.data_ptr(), leaf.data_ptr())
 
 
+def shadow_levels(depth: int) -> tuple[int, ...]:
+    """The levels of a tree of ``depth`` that ``update(..., shadow=True)`` leaves
+    stale, bottom up: ``depth - 1, depth - 2, depth - 4, depth - 5``, the ones the
+    descent's two bottom line passes recompute from the line below and never read
+    (none below ``SHADOW_MIN_DEPTH``). ``materialize`` recomputes them."""
+    if depth < SHADOW_MIN_DEPTH:
+        return ()
+    return (depth - 1, depth - 2, depth - 4, depth - 5)
+
+
 def update(first: torch.Tensor, first_is_min: bool, second: torch.Tensor | None, second_is_min: bool,
            size: int, capacity: int, index: torch.Tensor, value: torch.Tensor,
-           second_value: torch.Tensor | None, mask: torch.Tensor | None) -> None:
+           second_value: torch.Tensor | None, mask: torch.Tensor | None, shadow: bool = False) -> None:
     """Write leaves of one or two trees and refresh their ancestors (see ``tree.c``);
-    ``second_value`` None: derived as ``value if value > 0 else inf``."""
+    ``second_value`` None: derived as ``value if value > 0 else inf``. ``shadow``:
+    the trees' ``shadow_levels`` are left stale (the rest exact); without it they
+    must be exact beforehand (``materialize``)."""
     code = _state["lib"].rb_update(
         first.data_ptr(), int(first_is_min), None if second is None else second.data_ptr(),
         int(second_is_min), size, capacity, index.data_ptr(), value.data_ptr(),
         None if second_value is None else second_value.data_ptr(),
-        None if mask is None else mask.data_ptr(), index.shape[0])
+        None if mask is None else mask.data_ptr(), index.shape[0], int(shadow))
     if code > 0:
         raise ValueError(f"index={int(index[code - 1])}, but should be in [0, {capacity})")
     if code < 0:
         raise MemoryError("native tree update: out of memory")
+
+
+def materialize(nodes: torch.Tensor, is_min: bool, size: int) -> None:
+    """Recompute the ``shadow_levels`` of a tree whole (O(size)): afterwards every
+    inner node is the combination of its children."""
+    _state["lib"].rb_materialize(nodes.data_ptr(), int(is_min), size)
 
 
 def sample_prefix(nodes: torch.Tensor, size: int, u: torch.Tensor, total: float, n_rows: int,

@@ -146,7 +146,7 @@ class UpdatePriority:
         self.priority = priority.to(self.device)
         self.buf.update_priority(self.index, self.priority)
         wl.check_priorities(self.buf.stored_priority(self.index), (priority.double() + wl.EPS) ** wl.ALPHA,
-                            f"UpdatePriority({impl})")
+                            f"UpdatePriority({impl})", wl.priority_dtype(self.adapter))
 
     def time_update_priority(self, impl, capacity, batch_size):
         self.buf.update_priority(self.index, self.priority)

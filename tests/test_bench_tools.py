@@ -220,6 +220,16 @@ def test_checks_catch_wrong_weights_and_priorities():
     wl.check_priorities(p.float(), p, "t")  # float32 storage: within 2^-23
     with pytest.raises(AssertionError, match="stored_priority"):
         wl.check_priorities(torch.tensor([0.5, 2.0]) ** wl.ALPHA, p * 1.001, "t")
+    # a float32 tree computes the transform in float32: within its own error (4 ulps),
+    # which a float64 tree is not allowed; transformed twice, it fails either way
+    raw = torch.rand(4096, generator=torch.Generator().manual_seed(0)) * 3.0 + 0.01
+    want = (raw.double() + wl.EPS) ** wl.ALPHA
+    in_float32 = (raw + wl.EPS) ** wl.ALPHA
+    wl.check_priorities(in_float32, want, "t", torch.float32)
+    with pytest.raises(AssertionError, match=r"<= 2\^-23"):
+        wl.check_priorities(in_float32 * (1 + 2.0**-22), want, "t")
+    with pytest.raises(AssertionError, match=r"<= 2\^-21 \(float32 trees\)"):
+        wl.check_priorities(((raw + wl.EPS) ** wl.ALPHA + wl.EPS) ** wl.ALPHA, want, "t", torch.float32)
 
 
 def test_slice_check_needs_consecutive_slots_of_one_episode():

@@ -35,6 +35,7 @@ from tensordict import TensorDictBase
 from rbcheck.reference import pinning
 from rbcheck.reference.buffer import ReplayBuffer as ReferenceReplayBuffer
 
+from . import native
 from .device_storage import DeviceStorage, DeviceWriter, check_index_fast, default_device
 from .random_sampler import RandomSampler
 
@@ -104,13 +105,28 @@ class ReplayBuffer(ReferenceReplayBuffer):
 
     def update_priority(self, index, priority, generation=None) -> None:
         """As the reference; the current generations from the writer (``generation_at``
-        for a ``DeviceWriter``, else ``index_select``)."""
+        for a ``DeviceWriter``, else ``index_select``), none when there is nothing to
+        compare them with (no ``generation``) and every slot is known to be written."""
         if not self.prioritized:
             raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
         index = check_index_fast(index, self.capacity)
+        if generation is None and self._all_written(index):
+            self.sampler.update_priority(index, priority)
+            return
         index_there = index.to(self.writer.generation.device)
         if isinstance(self.writer, DeviceWriter):
             current = self.writer.generation_at(index_there)
         else:
             current = self.writer.generation.index_select(0, index_there)
         self.sampler.update_priority(index, priority, generation, current_generation=current)
+
+    def _all_written(self, index: torch.Tensor) -> bool:
+        """Whether every slot in ``index`` (checked: in ``[0, capacity)``) holds a row,
+        known without reading generations: a ``DeviceWriter`` is a ring, so slot ``s``
+        was written iff ``s < write_count`` (its ``generation_at`` is -1 exactly there)."""
+        if not isinstance(self.writer, DeviceWriter):
+            return False
+        written = min(self.writer.write_count, self.capacity)
+        if written == self.capacity:
+            return True
+        return native.usable(index) and native.index_in_range(index, written)

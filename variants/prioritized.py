@@ -93,7 +93,8 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         """The ONLY place a raw priority is transformed; ``keep`` masks entries out."""
         if not len(index):
             return
-        value = (raw + self.eps) ** self.alpha
+        value = workspace(self.work, "value", (len(index),), torch.float64, raw.device)
+        torch.add(raw, self.eps, out=value).pow_(self.alpha)  # == (raw + eps) ** alpha, no allocation
         update_pair(self.sum_tree, self.min_tree, index.to(self.device), value, keep)
         seen = raw if keep is None else torch.where(keep, raw, -math.inf)
         self._max_priority = torch.maximum(self._max_priority, seen.max())

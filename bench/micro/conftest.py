@@ -274,7 +274,8 @@ class Bench:
         if sampler == "prioritized":
             model = self.model()
             leaves = model["leaves"]
-            wl.check_priorities(buf.stored_priority(index.to(self.device)), leaves[index], where)
+            wl.check_priorities(buf.stored_priority(index.to(self.device)), leaves[index], where,
+                                wl.priority_dtype(self.adapter))
             expected = (leaves[index] / leaves.min()) ** -wl.BETA
             wl.check_weights(info["weight"], expected, where)
             if info["weight"].dtype != ref_info["weight"].dtype:

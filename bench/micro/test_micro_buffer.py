@@ -104,7 +104,8 @@ def test_update_priority(bench):
     try:
         bench.call_checked(lambda: buf.update_priority(index_d, priority_d))
         want = wl.reference_stored_after_update(bench.capacity, index, priority)
-        wl.check_priorities(buf.stored_priority(index_d), want, bench.where)
+        wl.check_priorities(buf.stored_priority(index_d), want, bench.where,
+                            wl.priority_dtype(bench.adapter))
         bench.time(lambda: buf.update_priority(index_d, priority_d))
     finally:  # leave the buffer as the other benchmarks expect it
         buf.update_priority(index_d, original)

@@ -29,6 +29,12 @@ import torch
 from .random_sampler import check_batch_size, check_not_empty
 
 
+def _is_key(value) -> bool:
+    """A TensorDict key: a non-empty str, or a non-empty tuple of them."""
+    parts = value if isinstance(value, tuple) and value else (value,)
+    return all(isinstance(part, str) and part for part in parts)
+
+
 class SliceSampler:
     """Uniform trajectory slices (see module doc)."""
 
@@ -41,9 +47,14 @@ class SliceSampler:
         for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name}={value!r}, but should be an int >= 1")
+        for name, value in (("episode_key", episode_key), ("done_key", done_key)):
+            if not (_is_key(value) or (name == "done_key" and value is None)):
+                raise ValueError(f"{name}={value!r}, but should be a str or a tuple of str (a nested key)")
+        if not isinstance(strict_length, bool):
+            raise ValueError(f"strict_length={strict_length!r}, but should be a bool")
         self.num_slices, self.slice_len = num_slices, slice_len
         self.episode_key, self.done_key = episode_key, done_key
-        self.strict_length = bool(strict_length)
+        self.strict_length = strict_length
 
     def shape(self, batch_size: int) -> tuple[int, int]:
         """``(num_slices, slice_len)`` for a batch of ``batch_size`` rows."""

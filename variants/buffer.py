@@ -103,6 +103,14 @@ class ReplayBuffer(ReferenceReplayBuffer):
             return torch.empty(shape, dtype=torch.long, device=device)
         return pool.take("generation", shape, torch.long, device)
 
+    def load_state_dict(self, state: dict) -> None:
+        """As the reference (validated on staged copies, then committed); the storage's
+        loaded columns are moved into its interleaved rows only after the commit, so
+        a refused load never touches the live rows."""
+        super().load_state_dict(state)
+        if hasattr(self.storage, "repack"):
+            self.storage.repack()
+
     def update_priority(self, index, priority, generation=None) -> None:
         """As the reference; the current generations from the writer (``generation_at``
         for a ``DeviceWriter``, else ``index_select``), none when there is nothing to

@@ -8,8 +8,10 @@ Contract (the reference's, plus)
   On the CPU its columns are fields of one array of rows
   (``interleaved_columns``: strided views, rows contiguous), so a random row
   is one or two cache lines, not one per field; ``state_dict`` clones them
-  into ordinary contiguous tensors, and columns made by ``set`` or
-  ``load_state_dict`` are moved into such rows.
+  into ordinary contiguous tensors, and columns made by ``set`` are moved
+  into such rows; columns made by ``load_state_dict`` are moved by
+  ``repack()``, which the buffer calls once a load is accepted (a load never
+  writes into rows it already holds: a shallow copy may share them).
   ``write(first_slot, data)`` copies a batch of ``n`` rows to the slots
   ``first_slot, first_slot + 1, ...`` modulo capacity: per field ONE copy, or
   two when the batch wraps the ring end (only the last ``capacity`` rows of
@@ -206,17 +208,24 @@ class DeviceStorage(TensorStorage):
         self._packed = None  # the TensorDict whose columns are interleaved rows
         self.pool = TensorPool()
 
-    def _refresh(self) -> None:
-        if self.data is not None and self.device.type == "cpu" and self.data is not self._packed:
+    def _refresh(self, pack: bool = True) -> None:
+        if pack and self.data is not None and self.device.type == "cpu" and self.data is not self._packed:
             self._pack()  # columns made by the reference's set or load_state_dict
         self._cols = list(columns(self.data).items()) if self.data is not None else []
         self._layouts = [native.row_layout(c) for _, c in self._cols]
         self.version += 1
 
+    def repack(self) -> None:
+        """Move columns left by ``load_state_dict`` into the interleaved rows this
+        storage holds (or new ones): call once the load is accepted (the variant
+        buffer does, after its last check)."""
+        self._refresh()
+
     def _pack(self) -> None:
         """Move the columns (allocated by ``set`` or ``load_state_dict``) into interleaved
         rows: the ones already allocated when the layout is the same (a reload), else
-        new ones."""
+        new ones. Never called by ``load_state_dict``: it would write into memory that a
+        shallow copy shares (see there)."""
         cols = columns(self.data)
         layout = layout_of(cols)
         if self._packed is not None and layout_of(columns(self._packed)) == layout:
@@ -282,8 +291,14 @@ class DeviceStorage(TensorStorage):
         return _to_tensordict(tree, batch, self.device)
 
     def load_state_dict(self, state: dict) -> None:
+        """The reference's load into NEW memory only (the columns it clones), never
+        into the rows already held: the buffer stages a load on a shallow copy of
+        its storage before it knows the whole checkpoint fits, so writing into the
+        shared rows would change the live buffer even when the load is refused.
+        The loaded columns are plain tensors until ``repack`` moves them into
+        interleaved rows (the variant buffer calls it once the load is accepted)."""
         super().load_state_dict(state)
-        self._refresh()
+        self._refresh(pack=False)
 
 
 def _to_tensordict(tree: dict, batch: torch.Size, device) -> TensorDictBase:

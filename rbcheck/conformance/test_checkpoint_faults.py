@@ -300,18 +300,41 @@ def test_missing_or_empty_directory_is_refused(impl, tmp_path):
     fail_with([p for p in problems if p], trace)
 
 
+# The misfit buffers hold rows 100, 101 (the checkpoint's are 0..5): a load that
+# wrote the checkpoint's rows into live memory before refusing shows in every
+# slot (rows that agreed on a slot would hide it; ``differs_in_every_slot``).
+
+
 def other_capacity(impl, spec):
-    return spec.but(capacity=spec.capacity + 3), rows(2)
+    return spec.but(capacity=spec.capacity + 3), rows(2, 100)
 
 
 def other_layout(impl, spec):
-    return spec, TensorDict({"obs": torch.zeros(2, 5, dtype=torch.float64)}, batch_size=[2])
+    return spec, TensorDict({"obs": torch.full((2, 5), -1.0, dtype=torch.float64)}, batch_size=[2])
 
 
 def other_sampler(impl, spec):
     if spec.sampler != "prioritized":
         pytest.skip("not declared: prioritized")
-    return spec.but(sampler="random"), rows(2)
+    return spec.but(sampler="random"), rows(2, 100)
+
+
+def differs_in_every_slot(live, saved, what: str) -> None:
+    """Guard of the test data (a harness bug otherwise): in every slot both
+    hold, every field both have differs between ``live`` and ``saved``."""
+    shared = set(live.keys(include_nested=True, leaves_only=True)) & set(
+        saved.keys(include_nested=True, leaves_only=True))
+    slots = min(live.batch_size[0], saved.batch_size[0])
+    for key in sorted(shared, key=str):
+        a, b = live.get(key)[:slots].cpu(), saved.get(key)[:slots].cpu()
+        if a.shape[1:] != b.shape[1:] or a.dtype != b.dtype:
+            continue
+        same = (a == b).reshape(slots, -1).all(dim=1)
+        if bool(same.any()):
+            raise AssertionError(
+                f"{what}: slots {torch.nonzero(same).flatten().tolist()} of {key!r} equal the "
+                "checkpoint's, but should differ in every slot (harness bug: the test data could "
+                "hide a load that overwrote live rows)")
 
 
 MISFITS = {"capacity_differs": other_capacity, "field_layout_differs": other_layout,
@@ -321,14 +344,18 @@ MISFITS = {"capacity_differs": other_capacity, "field_layout_differs": other_lay
 @pytest.mark.parametrize("misfit", sorted(MISFITS))
 def test_checkpoint_that_does_not_fit_is_refused(impl, misfit, tmp_path):
     """exact: a checkpoint of another capacity, field layout or sampler is
-    refused and the buffer is unchanged."""
+    refused and the buffer is unchanged; the buffer's rows differ from the
+    checkpoint's in every slot and every shared field, so a load that copied
+    rows into live memory before refusing cannot go unseen."""
     spec = spec_for(impl)
     trace = Trace(impl.name, spec)
-    source(impl, spec).save(tmp_path / "ckpt")
+    saved = source(impl, spec)
+    saved.save(tmp_path / "ckpt")
     other, data = MISFITS[misfit](impl, spec)
     buf = impl.make(other)
     buf.extend(data)
     before = snapshot(buf, other)
+    differs_in_every_slot(buf.contents(), saved.contents(), f"the {misfit} buffer")
     trace.op(f"buf.load(path)  # {misfit}")
     try:
         buf.load(tmp_path / "ckpt")

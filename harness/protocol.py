@@ -60,6 +60,7 @@ CAPABILITIES = frozenset(
         "stale_updates",  # update_priority ignores slots overwritten since sampled
         "priority_key",  # a priority carried in the data is used on extend
         "bad_input",  # invalid arguments raise and leave the buffer unchanged
+        "concurrent",  # safe to share: writers, samplers, updates and saves at once (threads or processes)
     }
 )
 

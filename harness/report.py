@@ -40,7 +40,7 @@ import rbcheck.conformance
 from rbcheck.harness.adapters import builtin_names, load_adapter
 from rbcheck.harness.pytest_plugin import suite_relative
 
-THIRD_PARTY = frozenset({"torchrl"})
+THIRD_PARTY = frozenset({"torchrl", "torchrl-ray"})
 #: Catalogues of bad inputs and faults, summarised per implementation (file -> label).
 ROBUSTNESS = {"test_bad_input.py": "bad input", "test_checkpoint_faults.py": "checkpoint faults"}
 TRIED = ("pass", "fail", "error", "xfail", "xpass")

@@ -273,13 +273,15 @@ def _reference_buffer_cls() -> type:
 
 
 def reference_adapter() -> Adapter:
-    """The reference implementation: declares every capability and no
-    convention (its rules are the spec's)."""
+    """The reference implementation: declares every capability but
+    "concurrent" (it is not thread-safe; ``reference-locked``, the reference
+    behind one lock, is the spec of a shared buffer: harness/concurrency.py)
+    and no convention (its rules are the spec's)."""
     return buffer_adapter(
         "reference",
         project_version(),
         _reference_buffer_cls,
-        CAPABILITIES,
+        CAPABILITIES - {"concurrent"},
         components=_reference_components,
         place_policy=_place_policy,
         pin_module="rbcheck.reference.pinning",

@@ -1,0 +1,225 @@
+"""Deliberately broken shared buffers: each plants one concurrency bug in the
+reference behind one lock (``reference-locked``, the spec of sharing), and a
+property of ``rbcheck/conformance/test_concurrency.py`` must catch it.
+
+Run one by hand with::
+
+    python -m pytest rbcheck/conformance/test_concurrency.py \\
+        --impl rbcheck.harness.mutants_concurrent:<factory>
+
+Each mutant differs from ``reference-locked`` in one place: a step done
+outside the lock that the lock should cover, or a check left out. The meta
+test ``tests/meta/test_concurrent_mutants_caught.py`` runs :data:`MUTANTS`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from types import SimpleNamespace
+
+import torch
+
+from rbcheck.harness.adapters.reference import reference_adapter
+from rbcheck.harness.concurrency import LockedBuffer, locked
+from rbcheck.harness.mutants import Mutant
+from rbcheck.harness.protocol import CAPABILITIES
+from rbcheck.reference.checkpoint import save_checkpoint
+from rbcheck.reference.storage import last_occurrence
+
+#: How long a mutant leaves the lock open where it should not (seconds): long
+#: enough that another thread runs in between, as a preemption would.
+GAP_S = 2e-4
+
+
+def _locked(name: str, buffer_cls: type) -> object:
+    return locked(reference_adapter(), f"mutant-{name}", buffer_cls)
+
+
+# --------------------------------------------------------------------------
+# torn rows (pytorch/rl #3463: rows read half-written)
+# --------------------------------------------------------------------------
+
+
+class PayloadAfterPublishBuffer(LockedBuffer):
+    """``extend`` makes the rows visible (slots reserved, size, tags, sampler)
+    under the lock, then copies the rest of each row in a second step: a
+    sampler in between reads new tags with the old payload."""
+
+    PUBLISHED = ("writer", "seq")
+
+    def extend(self, data):
+        rb = self.inner.buffer
+        storage = rb.storage
+        with self.lock:
+            if storage.data is None:  # the first write allocates: whole, under the lock
+                return rb.extend(data)
+            storage.check(data)
+            index = rb.writer.next_indices(data.batch_size[0])
+            keep = last_occurrence(index, storage.capacity)
+            for key in self.PUBLISHED:
+                storage.data.get(key)[index[keep]] = data.get(key)[keep]
+            storage.size = max(storage.size, int(index.max()) + 1)
+            rb.sampler.on_write(index, None)
+        time.sleep(GAP_S)
+        with self.lock:
+            for key in data.keys():
+                if key not in self.PUBLISHED:
+                    storage.data.get(key)[index[keep]] = data.get(key)[keep]
+        return index
+
+
+def row_published_before_payload():
+    return _locked("row-published-before-payload", PayloadAfterPublishBuffer)
+
+
+# --------------------------------------------------------------------------
+# lost and duplicated rows
+# --------------------------------------------------------------------------
+
+
+class UnlockedReservationBuffer(LockedBuffer):
+    """``extend`` reads the write count (where its rows go) before taking the
+    lock: two writers reserve the same slots, one batch is lost and the write
+    count falls short."""
+
+    def extend(self, data):
+        rb = self.inner.buffer
+        start = rb.writer.write_count
+        time.sleep(GAP_S)
+        with self.lock:
+            rb.writer.write_count = start
+            return rb.extend(data)
+
+
+def slots_reserved_outside_lock():
+    return _locked("slots-reserved-outside-lock", UnlockedReservationBuffer)
+
+
+def unlocked_buffer():
+    """The plain reference (not thread-safe) declared ``concurrent``."""
+    return replace(reference_adapter(), name="mutant-unlocked-buffer", capabilities=CAPABILITIES)
+
+
+# --------------------------------------------------------------------------
+# stale updates (ray-project/ray #6534: async learners update recycled slots)
+# --------------------------------------------------------------------------
+
+
+class NoGenerationCheckBuffer(LockedBuffer):
+    """``update_priority`` drops the generation: an update for a slot's
+    previous occupant lands on the new one."""
+
+    def update_priority(self, index, priority, generation=None):
+        with self.lock:
+            self.inner.update_priority(index, priority)
+
+
+def update_without_generation_check():
+    return _locked("update-without-generation-check", NoGenerationCheckBuffer)
+
+
+# --------------------------------------------------------------------------
+# samplers that are not independent (pytorch/rl #2185: samplers not thread-safe)
+# --------------------------------------------------------------------------
+
+
+class GeneratorPerThreadBuffer(LockedBuffer):
+    """Each thread samples with its own generator, all seeded with the
+    buffer's seed (like worker processes forked with one RNG state): every
+    sampler draws the same stream."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.local = threading.local()
+
+    def sample(self, batch_size=None):
+        if not hasattr(self.local, "generator"):
+            self.local.generator = torch.Generator().manual_seed(self.inner.spec.seed)
+        with self.lock:
+            rb = self.inner.buffer
+            own, rb.generator = rb.generator, self.local.generator
+            try:
+                return rb.sample(batch_size)
+            finally:
+                rb.generator = own
+
+
+def samplers_share_one_seed():
+    return _locked("samplers-share-one-seed", GeneratorPerThreadBuffer)
+
+
+# --------------------------------------------------------------------------
+# checkpoints that are not a snapshot
+# --------------------------------------------------------------------------
+
+
+class WriterFirstSaveBuffer(LockedBuffer):
+    """``save`` reads the writer's state, lets go of the lock, then reads
+    the rest: the checkpoint mixes two moments of the buffer."""
+
+    def save(self, path):
+        rb = self.inner.buffer
+        with self.lock:
+            writer = rb.writer.state_dict()
+        time.sleep(GAP_S * 10)
+        with self.lock:
+            state = rb.state_dict()
+        state["writer"] = writer
+        save_checkpoint(SimpleNamespace(state_dict=lambda: state), path)
+
+
+def checkpoint_mixes_two_moments():
+    return _locked("checkpoint-mixes-two-moments", WriterFirstSaveBuffer)
+
+
+# --------------------------------------------------------------------------
+# the table the meta test runs
+# --------------------------------------------------------------------------
+
+FILE = ("test_concurrency.py",)
+
+MUTANTS = (
+    Mutant(
+        "row_published_before_payload",
+        "a row visible to samplers before its payload is written",
+        FILE,
+        ("test_concurrent_samples_never_see_a_torn_row",),
+    ),
+    Mutant(
+        "slots_reserved_outside_lock",
+        "two writers reserving the same slots (a lost batch)",
+        FILE,
+        ("test_concurrent_writes_lose_and_duplicate_nothing",),
+    ),
+    Mutant(
+        "unlocked_buffer",
+        "a buffer that is not thread-safe declared concurrent",
+        FILE,
+        (
+            "test_concurrent_writes_lose_and_duplicate_nothing",
+            "test_concurrent_samples_never_see_a_torn_row",
+        ),
+    ),
+    Mutant(
+        "update_without_generation_check",
+        "a priority update racing an overwrite lands on the new occupant",
+        FILE,
+        ("test_concurrent_stale_updates_never_land_on_the_new_occupant",),
+    ),
+    Mutant(
+        "samplers_share_one_seed",
+        "concurrent samplers drawing copies of one random stream",
+        FILE,
+        ("test_concurrent_sampling_matches_closed_form",),
+    ),
+    Mutant(
+        "checkpoint_mixes_two_moments",
+        "a checkpoint taken during writes that mixes two moments",
+        FILE,
+        ("test_checkpoint_taken_during_writes_is_a_consistent_snapshot",),
+    ),
+)
+
+__all__ = ["MUTANTS", *[m.factory for m in MUTANTS]]

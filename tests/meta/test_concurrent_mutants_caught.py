@@ -1,0 +1,109 @@
+"""Meta tests of the concurrency properties: every mutant of
+``rbcheck.harness.mutants_concurrent`` is caught by the property aimed at its
+bug, the reference behind one lock (``reference-locked``) passes them all
+(the control), and the plain reference, which is not thread-safe, does not
+declare "concurrent": its run shows them skipped with that reason.
+
+Same machinery as test_mutants_caught.py (a subprocess per run, ci profile,
+results file); the runs go in parallel, one per core.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from rbcheck.harness.mutants_concurrent import MUTANTS
+from tests.meta.test_mutants_caught import CAUGHT, TIMEOUT_S, outcomes, run_conformance
+
+FILES = sorted({f for m in MUTANTS for f in m.files})
+TARGETS = sorted({t for m in MUTANTS for t in m.targets})
+LOCKED = "rbcheck.harness.concurrency:locked_reference_adapter"  # the reference behind one lock
+CONTROLS = (LOCKED, "reference")
+
+
+@pytest.fixture(autouse=True)
+def _only_with_the_reference(impl):
+    if impl.name != "reference":
+        pytest.skip(
+            f"meta tests check the suite itself; run them with --impl reference (not {impl.name!r})"
+        )
+
+
+@pytest.fixture(scope="module")
+def runs(request):
+    """``name -> (Future, results path)`` for the selected mutants and controls."""
+    selected = set()
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "mutant" in callspec.params:
+            selected.add(callspec.params["mutant"].factory)
+        elif callspec is not None and "control" in callspec.params:
+            selected.add(callspec.params["control"])
+    tmp = Path(tempfile.mkdtemp(prefix="rbcheck-meta-concurrent-"))
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for name in CONTROLS:
+            if name in selected:
+                path = tmp / f"{name.replace(':', '-')}.json"
+                jobs[name] = (pool.submit(run_conformance, name, FILES, TARGETS, path), path)
+        for m in MUTANTS:
+            if m.factory in selected:
+                path = tmp / f"{m.factory}.json"
+                impl = f"rbcheck.harness.mutants_concurrent:{m.factory}"
+                jobs[m.factory] = (pool.submit(run_conformance, impl, m.files, m.targets, path), path)
+        yield jobs
+        for future, _ in jobs.values():
+            future.cancel()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.factory for m in MUTANTS])
+def test_concurrent_mutant_is_caught(mutant, runs):
+    """The targeted property fails on the mutant with a self-explaining message."""
+    future, results = runs[mutant.factory]
+    proc = future.result(timeout=2 * TIMEOUT_S)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 1, (
+        f"pytest exit status={proc.returncode} on mutant {mutant.factory!r}, but should be 1 "
+        f"(the bug '{mutant.bug}' must be caught)\n{tail}"
+    )
+    seen = outcomes(results)
+    caught = [t for t in mutant.targets if seen.get(t, ("", ""))[0] in ("fail", "error")]
+    assert caught, (
+        f"failed properties={sorted(t for t, (o, _) in seen.items() if o in ('fail', 'error'))}, "
+        f"but should include one of {list(mutant.targets)} (bug: {mutant.bug})\n{tail}"
+    )
+    message = seen[caught[0]][1]
+    if message.startswith("ExceptionGroup: Hypothesis found"):
+        explained = [ln.strip() for ln in proc.stdout.splitlines() if "but should be" in ln]
+        message = explained[0] if explained else message
+    assert "but should be" in message, (
+        f"failure message={message!r}, but should explain itself ('<what>=<got>, but should be <expected>')"
+    )
+    CAUGHT.append((mutant.factory, mutant.bug, ", ".join(caught), message))
+    print(f"{mutant.factory}: caught by {', '.join(caught)}: {message[:200]}")
+
+
+@pytest.mark.parametrize("control", CONTROLS, ids=["reference-locked", "reference"])
+def test_concurrent_controls(control, runs):
+    """reference-locked passes every targeted property; the plain reference
+    skips each with "not declared: concurrent" (it is not thread-safe)."""
+    future, results = runs[control]
+    proc = future.result(timeout=2 * TIMEOUT_S)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0, f"pytest exit status={proc.returncode} on {control}, but should be 0\n{tail}"
+    seen = outcomes(results)
+    want = "pass" if control == LOCKED else "skip"
+    for target in TARGETS:
+        outcome, message = seen.get(target, ("missing", ""))
+        assert outcome == want, f"outcome of {target} on {control}={outcome!r}, but should be {want!r}"
+        if want == "skip":
+            assert "not declared: concurrent" in message, (
+                f"skip reason of {target} on the reference={message!r}, "
+                f"but should be 'not declared: concurrent'"
+            )

@@ -51,12 +51,14 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def validate(session: nox.Session) -> None:
-    """The conformance report: the suite against every built-in
-    implementation (TorchRL included), written to reports/conformance.md and
-    .json. Fails only when the reference or a variant fails."""
+    """The conformance report: `rbcheck validate` on every built-in
+    implementation (TorchRL included; `nox -s validate -- NAME ...` for some),
+    written to reports/conformance.md and .json. Fails only when the
+    reference, a variant or the example fails: third parties are reported."""
     install(session, "test", "torchrl")
     session.env.setdefault("RBCHECK_PROFILE", "ci")
-    session.run("python", "-m", "rbcheck.harness.report", *session.posargs)
+    session.run("rbcheck", "validate", *(session.posargs or ["--all"]),
+                "--third-party-informational", "--out", "reports")
 
 
 @nox.session

@@ -1,5 +1,6 @@
 """rbcheck's pytest plugin: which implementation is under test, and how its
-results are reported.
+results are reported. It is on only when a session asks for it (``-p rbcheck``,
+``--impl`` or ``RBCHECK_IMPL``; see ``rbcheck.plugin``, which adds the options).
 
 Options (each with an environment variable):
 
@@ -15,6 +16,7 @@ Options (each with an environment variable):
   ``python -m rbcheck.harness.report``).
 * ``--rbcheck-known-failures PATH``: a known-failures file to use instead of
   the adapter's own (``harness/known_failures/<name>.txt``).
+* ``--rbcheck-progress``: one line to stderr per property as it finishes.
 
 Fixtures: ``impl`` (the Adapter), ``make_buffer(spec=None, **fields)``,
 ``reference_impl`` (the reference Adapter, the model). Marker:
@@ -30,8 +32,9 @@ exactly (same seed -> same draws); skipped with ``"convention: not
 seedable"`` when the adapter declares ``seedable=False``.
 
 Known-failures files hold one test id per line followed by
-``# reason (link)``. An id is a node id (``rbcheck/conformance/test_x.py::test_y[p]``),
-or its tail (``test_x.py::test_y``, ``test_y``); without ``[...]`` it covers
+``# reason (link)``. An id is a property id (``test_x::test_y``), a node id
+(``rbcheck/conformance/test_x.py::test_y[p]``), or its tail
+(``test_x.py::test_y``, ``test_y``); without ``[...]`` it covers
 every parametrization. Matching tests are marked xfail (non-strict: a fixed
 bug shows up as XPASS); an id that matches no collected test warns.
 """
@@ -41,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,10 +55,8 @@ import torch
 
 from rbcheck.harness.adapters import AdapterLoadError, load_adapter
 from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
+from rbcheck.plugin import DEFAULT_IMPL, DEFAULT_PROFILE, PROFILES
 
-DEFAULT_IMPL = "reference"
-DEFAULT_PROFILE = "dev"
-PROFILES = ("ci", "dev", "thorough")
 RESULTS_SCHEMA = 1
 
 
@@ -111,11 +113,20 @@ def parse_known_failures(path: Path) -> list[KnownFailure]:
         if not text or text.startswith("#"):
             continue
         test_id, _, reason = text.partition("#")
-        test_id, reason = test_id.strip(), reason.strip()
+        test_id, reason = property_to_file_id(test_id.strip()), reason.strip()
         if not reason:
             reason = "no reason given"
         entries.append(KnownFailure(test_id, reason, number))
     return entries
+
+
+def property_to_file_id(test_id: str) -> str:
+    """A property id (``test_x::test_y``, as ``rbcheck list`` prints) as the
+    file form (``test_x.py::test_y``); other ids are returned unchanged."""
+    head, sep, tail = test_id.partition("::")
+    if sep and "/" not in head and not head.endswith(".py"):
+        return f"{head}.py::{tail}"
+    return test_id
 
 
 def suite_relative(nodeid: str) -> str:
@@ -159,12 +170,17 @@ class State:
     known_failures_path: Path | None
     known_failures: list[KnownFailure] = field(default_factory=list)
     device: str = "cpu"
+    previous_profile: str | None = None
+    progress: bool = False
+    pending: dict[str, int] = field(default_factory=dict)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
 _STATE_KEY = pytest.StashKey[State]()
 _current: State | None = None
+#: States of enclosing sessions (``rbcheck.check_buffer`` runs pytest inside pytest).
+_outer: list[State | None] = []
 
 
 def adapter_under_test() -> Adapter:
@@ -173,42 +189,6 @@ def adapter_under_test() -> Adapter:
     if _current is None:
         return load_adapter(os.environ.get("RBCHECK_IMPL", DEFAULT_IMPL))
     return _current.adapter
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("rbcheck", "rbcheck: the replay buffer under test")
-    group.addoption(
-        "--impl",
-        dest="rbcheck_impl",
-        default=None,
-        help="implementation under test: a built-in name or pkg.module:factory "
-        f"(env RBCHECK_IMPL, default {DEFAULT_IMPL!r})",
-    )
-    group.addoption(
-        "--rbcheck-profile",
-        dest="rbcheck_profile",
-        default=None,
-        help=f"Hypothesis profile, one of {', '.join(PROFILES)} "
-        f"(env RBCHECK_PROFILE, default {DEFAULT_PROFILE!r})",
-    )
-    group.addoption(
-        "--rbcheck-device",
-        dest="rbcheck_device",
-        default=None,
-        help="device of the buffers under test, e.g. cpu or cuda (env RBCHECK_DEVICE, default 'cpu')",
-    )
-    group.addoption(
-        "--rbcheck-results",
-        dest="rbcheck_results",
-        default=None,
-        help="write every test outcome to this JSON file (for python -m rbcheck.harness.report)",
-    )
-    group.addoption(
-        "--rbcheck-known-failures",
-        dest="rbcheck_known_failures",
-        default=None,
-        help="known-failures file to use instead of the adapter's own",
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -247,6 +227,7 @@ def pytest_configure(config: pytest.Config) -> None:
     register_profiles()
     from hypothesis import settings
 
+    previous_profile = getattr(settings, "_current_profile", None)
     if not config.getoption("hypothesis_profile", default=None):
         settings.load_profile(profile)
 
@@ -273,6 +254,8 @@ def pytest_configure(config: pytest.Config) -> None:
         results_path=Path(results) if results else None,
         known_failures_path=Path(kf_path) if kf_path else None,
         device=device,
+        previous_profile=previous_profile,
+        progress=bool(config.getoption("rbcheck_progress", default=False)),
     )
     if state.known_failures_path is not None:
         if not state.known_failures_path.exists():
@@ -282,6 +265,7 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         state.known_failures = parse_known_failures(state.known_failures_path)
     config.stash[_STATE_KEY] = state
+    _outer.append(_current)
     _current = state
 
 
@@ -304,8 +288,15 @@ def on_device(adapter: Adapter, device: str) -> Adapter:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     global _current
-    if _current is config.stash.get(_STATE_KEY, None):
-        _current = None
+    state = config.stash.get(_STATE_KEY, None)
+    if state is None:
+        return
+    if _outer:
+        _current = _outer.pop()
+    if state.previous_profile is not None:  # an enclosing session's profile, back
+        from hypothesis import settings
+
+        settings.load_profile(state.previous_profile)
 
 
 def _state(config: pytest.Config) -> State:
@@ -548,6 +539,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             "message": "",
             "conventions": declared_conventions(item, state.adapter),
         }
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    """``--rbcheck-progress``: once a property's last test is done, one line
+    to stderr: ``[rbcheck] <impl> <property>: <outcomes>``."""
+    state = _current
+    if state is None or not state.progress or nodeid not in state.records:
+        return
+    name = state.records[nodeid]["property"]
+    if not state.pending:
+        for record in state.records.values():
+            state.pending[record["property"]] = state.pending.get(record["property"], 0) + 1
+    state.pending[name] -= 1
+    if state.pending[name] == 0:
+        counts: dict[str, int] = {}
+        for record in state.records.values():
+            if record["property"] == name:
+                counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
+        summary = ", ".join(f"{n} {k}" if n > 1 or len(counts) > 1 else k for k, n in sorted(counts.items()))
+        sys.stderr.write(f"[rbcheck] {state.impl_name} {name}: {summary}\n")
+        sys.stderr.flush()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -1,21 +1,35 @@
-"""The installed package is one namespace, ``rbcheck``, and carries every
-file its code reads at run time: a wheel built from this checkout holds each
-file of reference/, variants/ and harness/ under ``rbcheck/`` (the native
-tree's C source, the known-failure lists), the conformance suite, and no
-other top-level package. Without the data files an installed rbcheck silently
-falls back to the slow tree path and reports no known failures."""
+"""The installed package, from a wheel built from a clean copy of this checkout.
+
+* It is one namespace, ``rbcheck``, and carries every file its code reads at
+  run time: each file of reference/, variants/ and harness/ under
+  ``rbcheck/`` (the native tree's C source, the known-failure lists), the
+  conformance suite, and no other top-level package. Without the data files
+  an installed rbcheck silently falls back to the slow tree path and reports
+  no known failures.
+* What a user does (the issue's "done when"), in a fresh venv in an empty
+  directory: ``pip install`` the wheel (torch pinned by the constraints
+  file), ``rbcheck validate example`` and ``rbcheck validate mymod:adapter``
+  with a module of that directory; a throwaway project that calls
+  ``rbcheck.check_buffer`` and ``rbcheck.parametrize_with_checks`` from its
+  own tests. One venv serves every check (module fixtures); marked ``wheel``
+  (``-m "not wheel"`` leaves it out; CI's tests session runs it once).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import textwrap
+import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.wheel
 #: Repository folders and where the wheel puts them (pyproject.toml's package-dir).
 PACKAGES = {"reference": "rbcheck/reference", "variants": "rbcheck/variants",
             "harness": "rbcheck/harness", "rbcheck": "rbcheck"}
@@ -46,17 +60,23 @@ def clean_copy(dest: Path) -> Path:
     return dest
 
 
-def test_wheel_holds_every_data_file(tmp_path):
-    source = clean_copy(tmp_path / "src")
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = clean_copy(tmp / "src")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path / "dist"), str(source)],
+         "-w", str(tmp / "dist"), str(source)],
         capture_output=True, text=True, timeout=300,
     )
     if proc.returncode != 0 and "No module named" in proc.stderr:
         pytest.skip(f"cannot build a wheel here: {proc.stderr.strip()[-200:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (wheel,) = (tmp_path / "dist").glob("rbcheck-*.whl")
+    (built,) = (tmp / "dist").glob("rbcheck-*.whl")
+    return built
+
+
+def test_wheel_holds_every_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = package_files()
     assert {"rbcheck/variants/native/tree.c", "rbcheck/harness/known_failures/torchrl.txt",
@@ -65,3 +85,122 @@ def test_wheel_holds_every_data_file(tmp_path):
     assert not missing, f"files missing from the wheel={missing}, but should be none (package-data)"
     tops = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
     assert tops == {"rbcheck"}, f"top-level names in the wheel={sorted(tops)}, but should be ['rbcheck']"
+
+
+# ----------------------------------------------------------- installed wheel
+
+UNIFORM = "test_sampling_distributions::test_uniform_sampling_matches_closed_form"
+
+#: A user's module: the list-buffer example with a sampler that never draws the last slot.
+MYMOD = '''
+import torch
+from dataclasses import replace
+from rbcheck.harness.examples.list_buffer import ListBuffer, adapter as example
+
+
+class SkipsLastSlot(ListBuffer):
+    def sample(self, batch_size):
+        u = torch.rand(batch_size, generator=self.generator, dtype=torch.float64)
+        index = (u * max(len(self.rows) - 1, 1)).long()
+        return self.contents()[index], {"index": index}
+
+
+def adapter():
+    return replace(example(), name="skips-last", make=lambda spec: SkipsLastSlot(spec.capacity, spec.seed))
+'''
+
+#: A throwaway project's own tests of its buffer (rbcheck's plugin not turned on).
+USER_TESTS = f'''
+import sys
+
+import pytest
+import rbcheck
+from mymod import adapter
+from rbcheck.harness.examples.list_buffer import adapter as good_adapter
+
+UNIFORM = {UNIFORM!r}
+
+
+def test_plugin_stayed_off():
+    assert "rbcheck.harness.pytest_plugin" not in sys.modules
+
+
+def test_check_buffer_reports_the_failure():
+    with pytest.raises(rbcheck.ConformanceError, match="chi-square"):
+        rbcheck.check_buffer(adapter(), only=[UNIFORM])
+    rbcheck.check_buffer(adapter(), {{UNIFORM: "skips the last slot"}}, only=[UNIFORM], strict=True)
+
+
+@rbcheck.parametrize_with_checks(good_adapter)
+def test_rbcheck(check):
+    if check.property_id.startswith(("test_sampling_distributions::test_uniform", "test_sampling_distributions::test_prio")):
+        check()
+    else:
+        pytest.skip("this throwaway project runs two properties")
+'''
+
+
+def run(command, cwd, env, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory):
+    """``(bin dir, empty work dir, env)``: a fresh venv with the wheel installed."""
+    tmp = tmp_path_factory.mktemp("installed")
+    venv.create(tmp / "venv", with_pip=True)
+    bin_dir = tmp / "venv" / ("Scripts" if os.name == "nt" else "bin")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "RBCHECK_IMPL", "RBCHECK_PROFILE", "PYTEST_ADDOPTS", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
+    proc = run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-compile", "-c", str(ROOT / ".ci" / "constraints.txt"),
+                str(wheel)], cwd=tmp, env=env)
+    if proc.returncode != 0 and ("No matching distribution" in proc.stderr or "connection" in proc.stderr.lower()):
+        pytest.skip(f"cannot install the wheel's dependencies here: {proc.stderr.strip()[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    work = tmp / "work"
+    work.mkdir()
+    return bin_dir, work, env
+
+
+def test_installed_site_packages_hold_only_rbcheck(installed):
+    bin_dir, work, env = installed
+    proc = run([str(bin_dir / "python"), "-c", "import rbcheck, sys; print(sys.modules['rbcheck'].__file__)"],
+               cwd=work, env=env)
+    assert proc.returncode == 0, proc.stderr
+    site = Path(proc.stdout.strip()).parents[1]
+    assert (site / "rbcheck" / "conformance").is_dir()
+    taken = [name for name in ("harness", "reference", "variants") if (site / name).exists()]
+    assert taken == [], f"top-level packages in site-packages={taken}, but should be none besides rbcheck"
+
+
+def test_rbcheck_validate_a_builtin_and_a_users_module(installed):
+    bin_dir, work, env = installed
+    proc = run([str(bin_dir / "rbcheck"), "validate", "example"], cwd=work, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "test_ring_eviction.py::test_ring_eviction_matches_reference_and_closed_form" in proc.stdout
+    assert "no problems in example" in proc.stdout
+    assert f"[rbcheck] example {UNIFORM}: " in proc.stderr  # progress, one line per property
+
+    (work / "mymod.py").write_text(textwrap.dedent(MYMOD))
+    proc = run([str(bin_dir / "rbcheck"), "validate", "mymod:adapter", "--only", UNIFORM, "--out", "report"],
+               cwd=work, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "FAIL (AssertionError: slot frequencies" in proc.stdout, proc.stdout
+    assert (work / "report" / "conformance.md").is_file() and (work / "report" / "conformance.json").is_file()
+
+
+def test_a_throwaway_project_uses_check_buffer_and_parametrize_with_checks(installed):
+    bin_dir, work, env = installed
+    project = work.parent / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "mymod.py").write_text(textwrap.dedent(MYMOD))
+    (project / "tests" / "test_buffer.py").write_text(textwrap.dedent(USER_TESTS))
+    proc = run([str(bin_dir / "python"), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"],
+               cwd=project, env={**env, "PYTHONPATH": str(project)})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # the uniform property passed, the prioritized one is skipped with the reason
+    assert "not declared: prioritized" in proc.stdout, proc.stdout
+    assert "3 passed" in proc.stdout, proc.stdout
+    header = [line for line in proc.stdout.splitlines() if line.startswith("rbcheck")]
+    assert header == [], header

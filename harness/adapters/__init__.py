@@ -25,9 +25,16 @@ BUILTIN: dict[str, str] = {
     "device": "rbcheck.harness.adapters.variants:device",
     "triton": "rbcheck.harness.adapters.variants:triton",
     "torchrl": "rbcheck.harness.adapters.torchrl:torchrl_adapter",
+    # the README's own-buffer example (harness/examples/list_buffer.py)
+    "example": "rbcheck.harness.examples.list_buffer:adapter",
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"
+
+
+#: Adapter objects handed to ``rbcheck.check_buffer``, by the name its
+#: in-process pytest run passes as ``--impl`` (removed after the run).
+INJECTED: dict[str, Adapter] = {}
 
 
 class AdapterLoadError(RuntimeError):
@@ -108,6 +115,8 @@ def load_adapter(name: str) -> Adapter:
             f"or 'pkg.module:factory'"
         )
     name = name.strip()
+    if name in INJECTED:
+        return INJECTED[name]
     table = BUILTIN if name in BUILTIN else builtin_table()
     if name in table:
         adapter = _resolve(table[name], name)

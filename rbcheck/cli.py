@@ -1,0 +1,140 @@
+"""The ``rbcheck`` command.
+
+    rbcheck validate IMPL [IMPL ...] [--profile ci] [--out DIR]
+                     [--only PROPERTY ...] [--known-failures FILE]
+    rbcheck validate --all [--third-party-informational] ...
+    rbcheck list
+
+``IMPL`` is a built-in name (``rbcheck list`` prints them) or
+``pkg.module:factory`` importable from the working directory. Each runs
+the conformance suite in its own pytest subprocess, isolated from the
+working directory's pytest configuration; one line per property is printed
+as it finishes, then the report (property x implementation). ``--out DIR``
+also writes ``DIR/conformance.md`` and ``DIR/conformance.json``.
+
+Exit status 0 when every implementation passed everything it was run on,
+apart from declared known failures; 1 when one failed, passed a known
+failure (XPASS: update the list), did not load or crashed; 2 for bad
+arguments. ``--third-party-informational`` (``nox -s validate``) reports
+the built-in third-party adapters (``torchrl``, ...) without letting them
+set the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rbcheck", description="Conformance checks for RL replay buffers.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    validate = commands.add_parser("validate", help="run the conformance suite on implementations",
+                                   description=__doc__.split("\n\n", 2)[2].split("\n\nExit")[0])
+    validate.add_argument("impl", nargs="*", metavar="IMPL",
+                          help="a built-in name or pkg.module:factory (from the working directory)")
+    validate.add_argument("--all", action="store_true", help="every built-in implementation")
+    validate.add_argument("--profile", default=os.environ.get("RBCHECK_PROFILE", "ci"),
+                          choices=("ci", "dev", "thorough"),
+                          help="Hypothesis profile: ci (few examples, derandomized; default), dev, thorough")
+    validate.add_argument("--out", metavar="DIR", default=None,
+                          help="write the report to DIR/conformance.md and DIR/conformance.json")
+    validate.add_argument("--only", action="append", default=[], metavar="PROPERTY",
+                          help="run only this property (id <file>::<test>, see `rbcheck list`; repeatable)")
+    validate.add_argument("--known-failures", metavar="FILE", default=None,
+                          help="known-failures file (one property or test id per line, then # reason), "
+                          "instead of each implementation's own")
+    validate.add_argument("--third-party-informational", action="store_true",
+                          help="failures of the built-in third-party adapters do not set the exit status")
+    validate.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
+                          help="extra argument for every pytest run (repeatable)")
+    commands.add_parser("list", help="print the built-in implementations and the property ids")
+    return parser
+
+
+def _list() -> int:
+    from rbcheck.checks import properties
+    from rbcheck.harness.adapters import builtin_table
+
+    print("built-in implementations:")
+    for name, path in builtin_table().items():
+        print(f"  {name:12} {path}")
+    print("properties:")
+    for prop in properties():
+        print(f"  {prop}")
+    return 0
+
+
+def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from rbcheck.checks import node_path, run_subprocess
+    from rbcheck.harness.adapters import builtin_names, load_adapter
+    from rbcheck.harness.report import (THIRD_PARTY, ImplResult, build, failures,
+                                        render_markdown, render_text)
+
+    cwd = os.getcwd()
+    names = list(dict.fromkeys((builtin_names() if args.all else []) + args.impl))
+    if not names:
+        parser.error("no IMPL given, but should be a built-in name, pkg.module:factory, or --all")
+    for prop in args.only:
+        try:
+            node_path(prop)
+        except ValueError as err:
+            parser.error(f"--only: {err}")
+    known = None
+    if args.known_failures is not None:
+        known = Path(args.known_failures).resolve()
+        if not known.is_file():
+            parser.error(f"--known-failures={args.known_failures!r} does not exist, "
+                         f"but should be a text file of property ids")
+    gate = {n for n in names if not (args.third_party_informational and n in THIRD_PARTY)}
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rbcheck-") as tmp:
+        for name in names:
+            print(f"[rbcheck] {name}: running the conformance suite ...", file=sys.stderr, flush=True)
+            try:
+                load_adapter(name)  # to say why it cannot load, before any pytest run
+            except Exception as err:
+                why = " ".join(f"{type(err).__name__}: {err}".split())
+                print(f"[rbcheck] {name}: unavailable ({why})", file=sys.stderr, flush=True)
+                results.append(ImplResult(name=name, status="unavailable", why=why))
+                continue
+            results.append(run_subprocess(name, profile=args.profile, workdir=Path(tmp), only=args.only,
+                                          known_failures=known, extra=args.pytest_arg, pythonpath=[cwd]))
+
+    report = build(results)
+    print(render_text(report))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "conformance.md").write_text(render_markdown(report) + "\n")
+        (out / "conformance.json").write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {out / 'conformance.md'} and {out / 'conformance.json'}")
+    problems = failures(report, gate=gate)
+    if problems:
+        print(f"\n{len(problems)} problem(s):", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    print(f"\nno problems in {', '.join(sorted(gate)) or '(none gated)'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    # pkg.module:factory names a module of the working directory (a console
+    # script does not put it on sys.path by itself)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        return _list()
+    return validate(args, parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -117,6 +117,9 @@ class ReplayBuffer(ReferenceReplayBuffer):
         compare them with (no ``generation``) and every slot is known to be written."""
         if not self.prioritized:
             raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
+        if generation is None and self._ring_full():  # every slot written; the sampler checks
+            self.sampler.update_priority(index, priority)  # the index (the same message)
+            return
         index = check_index_fast(index, self.capacity)
         if generation is None and self._all_written(index):
             self.sampler.update_priority(index, priority)
@@ -127,6 +130,10 @@ class ReplayBuffer(ReferenceReplayBuffer):
         else:
             current = self.writer.generation.index_select(0, index_there)
         self.sampler.update_priority(index, priority, generation, current_generation=current)
+
+    def _ring_full(self) -> bool:
+        """Whether a ``DeviceWriter`` (a ring) has written every slot."""
+        return isinstance(self.writer, DeviceWriter) and self.writer.write_count >= self.capacity
 
     def _all_written(self, index: torch.Tensor) -> bool:
         """Whether every slot in ``index`` (checked: in ``[0, capacity)``) holds a row,

@@ -15,7 +15,9 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
 * stale entries (generation != current) dropped by a mask, without
   compacting the batch (no device synchronisation on that path);
 * ``state_dict`` / ``load_state_dict`` the reference's keys and layout;
-* on the CPU, when ``rbcheck.variants.native`` loads, ``sample`` is one C call for
+* on the CPU, when ``rbcheck.variants.native`` loads, ``update_priority`` (no
+  generations) is one C pass of checks, widening and max, torch's add and
+  ``pow``, and one C update of both trees; ``sample`` is one C call for
   ``mass = u * total``, the descent and ``n * (leaf / total)``, torch's
   ``pow`` (the reference's, so the same bits), and one C call for the
   division and the float32 conversion; the trees' updates run in C too.
@@ -108,11 +110,38 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         self._store(index, raw)
 
     def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
+        if generation is None and current_generation is None and self._update_native(index, priority):
+            return
         index = check_index(index, self.capacity).to(self.device)
         raw = self.check_priority(priority, len(index))
         keep = check_generation(index, generation, current_generation)  # None: keep all
         keep = None if keep is None else keep.to(self.device)
         self._store(index, raw, keep)
+
+    def _update_native(self, index, priority) -> bool:
+        """``update_priority``'s happy path on the CPU: one C pass checks the indices
+        and priorities, widens them to float64 and raises the max priority; torch's
+        add and pow transform them (the reference's ops: same bits); one C call
+        updates both trees. False when it does not apply or a check fails: the
+        full path then runs (and raises the reference's error)."""
+        if not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
+                or index.dtype != torch.long or index.dim() != 1 or not len(index) \
+                or priority.dtype not in (torch.float32, torch.float64) \
+                or priority.shape != index.shape or self.device.type != "cpu" \
+                or (self.backend == "triton" and interpreting()) \
+                or not native.usable(index, priority, self.sum_tree.raw_nodes, self.min_tree.raw_nodes):
+            return False
+        n = len(index)
+        raw = workspace(self.work, "raw", (n,), torch.float64, "cpu")
+        if not native.prepare_update(index, self.capacity, priority, raw, self._max_priority):
+            return False
+        value = workspace(self.work, "value", (n,), torch.float64, "cpu")
+        torch.add(raw, self.eps, out=value).pow_(self.alpha)  # == (raw + eps) ** alpha
+        native.update(self.sum_tree.raw_nodes, False, self.min_tree.raw_nodes, True, self.sum_tree.size,
+                      self.capacity, index, value, None, None, shadow=True)
+        self.sum_tree.mark_stale()
+        self.min_tree.mark_stale()
+        return True
 
     def indices_from_uniforms(self, u: torch.Tensor, size: int | None = None) -> torch.Tensor:
         u = torch.as_tensor(u, dtype=torch.float64).to(self.device)

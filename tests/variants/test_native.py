@@ -297,6 +297,38 @@ def test_sampler_native_and_torch_path_equal_reference(capacity):
         var.update_priority(slots, prio)
         assert_bits(var.sampler.sum_tree.nodes, ref.sampler.sum_tree.nodes, "sum tree")
         assert_bits(var.sampler.min_tree.nodes, ref.sampler.min_tree.nodes, "min tree")
+        assert var.sampler.max_priority == ref.sampler.max_priority, \
+            f"max_priority={var.sampler.max_priority}, but should be {ref.sampler.max_priority}"
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_update_priority_fast_path_equals_reference_and_keeps_its_errors(dtype):
+    """The one-pass C path of update_priority (checks, widening, max) gives the
+    reference's trees and max for float32 and float64 priorities; a bad index or
+    priority raises the reference's error and changes nothing."""
+    ref, var, g = filled_pair(300, 400, seed=9)
+    for step in range(3):
+        slots = torch.randint(0, 300, (200,), generator=g)
+        prio = (torch.rand(200, generator=g, dtype=torch.float64) * (3 + 2 * step)).to(dtype)
+        ref.update_priority(slots, prio)
+        var.update_priority(slots, prio)
+        assert_bits(var.sampler.sum_tree.nodes, ref.sampler.sum_tree.nodes, f"sum tree [step {step}]")
+        assert_bits(var.sampler.min_tree.nodes, ref.sampler.min_tree.nodes, f"min tree [step {step}]")
+        assert var.sampler.max_priority == ref.sampler.max_priority
+    before = (var.sampler.sum_tree.nodes.clone(), var.sampler.max_priority)
+    for bad_index, bad_prio, message in [
+        (torch.tensor([0, 300]), torch.tensor([1.0, 2.0], dtype=dtype), r"index=\[300\], but should be in"),
+        (torch.tensor([0, 1]), torch.tensor([100.0, float("nan")], dtype=dtype), r"but should be finite and >= 0"),
+        (torch.tensor([0, 1]), torch.tensor([100.0, -1.0], dtype=dtype), r"but should be finite and >= 0"),
+        (torch.tensor([0, 1]), torch.tensor([100.0, float("inf")], dtype=dtype), r"but should be finite and >= 0"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            ref.update_priority(bad_index, bad_prio)
+        with pytest.raises(ValueError, match=message):
+            var.update_priority(bad_index, bad_prio)
+        assert_bits(var.sampler.sum_tree.nodes, before[0], "sum tree after a refused update")
+        assert var.sampler.max_priority == before[1], "max_priority changed by a refused update"
 
 
 @pytest.mark.parametrize("dtype,shape", [(torch.float32, (8,)), (torch.uint8, (3,)), (torch.bool, ()),

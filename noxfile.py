@@ -13,6 +13,9 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 CONSTRAINTS = ("-c", ".ci/constraints.txt")
 #: Built-in adapters of variants/ whose conformance runs in the tests session.
 VARIANTS = ("device", "triton")
+#: Dependency groups of the third-party buffers validate reports on (cpprb,
+#: tianshou, stable-baselines3); never needed by the tests session.
+THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3")
 
 
 def install(session: nox.Session, *groups: str) -> None:
@@ -55,10 +58,20 @@ def validate(session: nox.Session) -> None:
     implementation (TorchRL included; `nox -s validate -- NAME ...` for some),
     written to reports/conformance.md and .json. Fails only when the
     reference, a variant or the example fails: third parties are reported."""
-    install(session, "test", "torchrl")
+    install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)
     session.env.setdefault("RBCHECK_PROFILE", "ci")
     session.run("rbcheck", "validate", *(session.posargs or ["--all"]),
                 "--third-party-informational", "--out", "reports")
+
+
+@nox.session
+def thirdparty(session: nox.Session) -> None:
+    """The executed repros of docs/findings.md (tests/thirdparty) with cpprb,
+    tianshou and stable-baselines3 installed; the tests session skips them
+    (the libraries are not installed there)."""
+    install(session, "test", *THIRD_PARTY_GROUPS)
+    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session

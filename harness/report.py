@@ -41,7 +41,7 @@ from typing import Any
 from rbcheck.harness.adapters import builtin_names, load_adapter
 from rbcheck.harness.pytest_plugin import suite_relative
 
-THIRD_PARTY = frozenset({"torchrl", "torchrl-ray"})
+THIRD_PARTY = frozenset({"torchrl", "torchrl-ray", "cpprb", "cpprb-per", "tianshou", "tianshou-per", "sb3"})
 #: Catalogues of bad inputs and faults, summarised per implementation (file -> label).
 ROBUSTNESS = {"test_bad_input.py": "bad input", "test_checkpoint_faults.py": "checkpoint faults"}
 TRIED = ("pass", "fail", "error", "xfail", "xpass")

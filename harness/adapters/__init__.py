@@ -27,6 +27,12 @@ BUILTIN: dict[str, str] = {
     "torchrl": "rbcheck.harness.adapters.torchrl:torchrl_adapter",
     # the README's own-buffer example (harness/examples/list_buffer.py)
     "example": "rbcheck.harness.examples.list_buffer:adapter",
+    # third-party buffers (each its own dependency group; docs/findings.md)
+    "cpprb": "rbcheck.harness.adapters.cpprb:cpprb_adapter",
+    "cpprb-per": "rbcheck.harness.adapters.cpprb:cpprb_per_adapter",
+    "tianshou": "rbcheck.harness.adapters.tianshou:tianshou_adapter",
+    "tianshou-per": "rbcheck.harness.adapters.tianshou:tianshou_per_adapter",
+    "sb3": "rbcheck.harness.adapters.sb3:sb3_adapter",
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -372,10 +372,10 @@ void rb_divide_to_float(const double *w, int64_t n, double c, float *out)
 static inline double combine(int is_min, double l, double r)
 {
     if (!is_min) return l + r;
-    /* torch.minimum: NaN propagates */
-    if (l != l) return l;
-    if (r != r) return r;
-    return r < l ? r : l;
+    /* torch.minimum: NaN propagates (the left one first); selects, no branches */
+    double m = r < l ? r : l;
+    m = r != r ? r : m;
+    return l != l ? l : m;
 }
 
 static void refresh(double *t, int is_min, int64_t k)
@@ -412,12 +412,22 @@ static inline double combine_line(int is_min, const double *e)
                    combine(is_min, combine(is_min, e[4], e[5]), combine(is_min, e[6], e[7])));
 }
 
-/* Recompute levels from_level down to to_level (bottom up) of tree t whole. */
+/* Recompute levels from_level down to to_level (bottom up) of tree t whole.
+ * A level's nodes and their children do not overlap (restrict): the loops
+ * vectorize, each node still the one operation on its two children. */
+static void refresh_level(double *restrict parent, const double *restrict child, int64_t n, int is_min)
+{
+    if (is_min)
+        for (int64_t j = 0; j < n; j++) parent[j] = combine(1, child[2 * j], child[2 * j + 1]);
+    else
+        for (int64_t j = 0; j < n; j++) parent[j] = child[2 * j] + child[2 * j + 1];
+}
+
 static void refresh_levels(double *t, int is_min, int from_level, int to_level)
 {
     for (int lv = from_level; lv >= to_level; lv--) {
-        int64_t lo = (int64_t)1 << lv, hi = lo << 1;
-        for (int64_t k = lo; k < hi; k++) refresh(t, is_min, k);
+        int64_t lo = (int64_t)1 << lv;
+        refresh_level(t + lo, t + 2 * lo, lo, is_min);
     }
 }
 

@@ -16,6 +16,11 @@ VARIANTS = ("device", "triton")
 #: Dependency groups of the third-party buffers validate reports on (cpprb,
 #: tianshou, stable-baselines3); never needed by the tests session.
 THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3")
+#: TorchRL releases measured by `nox -s history` (each in its own prefix).
+TORCHRL_HISTORY = ("0.6.0", "0.8.1", "0.9.2", "0.14.1")
+#: Where TorchRL's C++ extension builds are cached (keyed by sources + torch),
+#: shared by every session that installs TorchRL.
+TORCHRL_BUILD_CACHE = ".nox/_torchrl_extension"
 
 
 def install(session: nox.Session, *groups: str) -> None:
@@ -24,6 +29,13 @@ def install(session: nox.Session, *groups: str) -> None:
     for group in groups:
         requirements += nox.project.dependency_groups(PYPROJECT, group)
     session.install(*CONSTRAINTS, "-e", ".", *requirements)
+
+
+def ensure_torchrl_extension(session: nox.Session) -> None:
+    """Rebuild TorchRL's C++ extension where the shipped one does not load
+    against this torch (cached; a failure is reported, TorchRL's prioritized
+    sampler then shows as unavailable with the compiler's error)."""
+    session.run("python", "-m", "rbcheck.harness.torchrl_build", "--cache", TORCHRL_BUILD_CACHE)
 
 
 @nox.session
@@ -59,6 +71,7 @@ def validate(session: nox.Session) -> None:
     written to reports/conformance.md and .json. Fails only when the
     reference, a variant or the example fails: third parties are reported."""
     install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)
+    ensure_torchrl_extension(session)
     session.env.setdefault("RBCHECK_PROFILE", "ci")
     session.run("rbcheck", "validate", *(session.posargs or ["--all"]),
                 "--third-party-informational", "--out", "reports")
@@ -75,12 +88,26 @@ def thirdparty(session: nox.Session) -> None:
 
 
 @nox.session
+def history(session: nox.Session) -> None:
+    """TorchRL's releases (TORCHRL_HISTORY) through the conformance suite:
+    each release in its own prefix (pip --target, no deps) over this
+    session's torch and tensordict, its C++ extension rebuilt where needed
+    (built once, cached); writes reports/torchrl_history.md and .json."""
+    install(session, "test", "torchrl")  # torchrl 0.14.1 brings every release's dependencies
+    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.run("python", "-m", "rbcheck.harness.torchrl_history", "--cache", TORCHRL_BUILD_CACHE,
+                "--prefixes", f"{session.virtualenv.location}/torchrl", *TORCHRL_HISTORY,
+                *session.posargs)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """pytest-benchmark micro-benchmarks of every implementation side by side
     (default grid; `nox -s bench -- --bench-grid full` for every size): JSON in
     reports/bench.json, ratio tables in reports/bench_ratios.{txt,md}, the
     throughput plot in reports/bench_throughput.png. Quote ratios, not times."""
     install(session, "test", "bench", "torchrl")
+    ensure_torchrl_extension(session)
     # one intra-op thread: stable numbers on shared machines (docs/benchmarks.md)
     session.env.setdefault("RBCHECK_BENCH_THREADS", "1")
     session.run(
@@ -103,6 +130,7 @@ def asv(session: nox.Session) -> None:
     import os
 
     install(session, "test", "bench", "torchrl")
+    ensure_torchrl_extension(session)
     machine = os.environ.get("RBCHECK_ASV_MACHINE", "rbcheck-dev")
     commit = session.run("git", "rev-parse", "HEAD", silent=True, external=True).strip()
     session.run("asv", "machine", "--machine", machine, "--yes")

@@ -581,20 +581,20 @@ MUTANTS = (
         "tensors_in_json_metadata",
         "tensors left in JSON metadata",
         ("test_checkpoint_roundtrip.py",),
-        ("test_checkpoint_metadata_is_plain_json_without_pickle",),
+        ("test_checkpoint_metadata_is_plain_json",),
     ),
     Mutant(
         "pickled_rng_state",
         "a pickle (torch.save) in the checkpoint",
         ("test_checkpoint_roundtrip.py",),
-        ("test_checkpoint_metadata_is_plain_json_without_pickle",),
+        ("test_checkpoint_holds_no_pickle",),
     ),
     Mutant(
         "metadata_changes_types",
         "metadata that round-trips into different types",
         ("test_checkpoint_roundtrip.py",),
         (
-            "test_checkpoint_metadata_is_plain_json_without_pickle",
+            "test_checkpoint_metadata_is_plain_json",
             "test_save_load_round_trips_exactly",
         ),
     ),
@@ -604,7 +604,7 @@ MUTANTS = (
         ("test_checkpoint_roundtrip.py",),
         (
             "test_save_load_round_trips_exactly",
-            "test_checkpoint_metadata_is_plain_json_without_pickle",
+            "test_checkpoint_metadata_is_plain_json",
         ),
     ),
     Mutant(

@@ -31,12 +31,26 @@ in the report. Marker ``@pytest.mark.exact_replay``: the test replays draws
 exactly (same seed -> same draws); skipped with ``"convention: not
 seedable"`` when the adapter declares ``seedable=False``.
 
-Known-failures files hold one test id per line followed by
-``# reason (link)``. An id is a property id (``test_x::test_y``), a node id
-(``rbcheck/conformance/test_x.py::test_y[p]``), or its tail
-(``test_x.py::test_y``, ``test_y``); without ``[...]`` it covers
-every parametrization. Matching tests are marked xfail (non-strict: a fixed
-bug shows up as XPASS); an id that matches no collected test warns.
+Known failures are keyed by cause. A known-failures file holds entries of
+three lines::
+
+    test_x.py::test_y
+        message: <regex searched in the failure message>
+        reason: <one line> (<link>)
+
+The id is a property id (``test_x::test_y``, as ``rbcheck list`` prints it), a
+node id (``rbcheck/conformance/test_x.py::test_y[p]``) or its tail
+(``test_x.py::test_y``, ``test_y``); without ``[...]`` it covers every
+parametrization. ``message`` is a Python regex searched (``re.search``) in
+``"<ExceptionType>: <message>"`` of the failure (every sub-exception of an
+exception group must match). A failure whose message matches is reported as
+``xfail`` with the reason; a pass is ``XPASS`` (update the file); a failure
+with any other message stays a failure, and its message says that a known
+failure hid something new. An id that matches no collected test warns.
+
+No entry may hide a seed bug (DESIGN.md, "The seed invariants"): an entry
+naming a test of a seed invariant (:data:`SEED_INVARIANTS`) is a usage error;
+those failures always show as FAIL.
 """
 
 from __future__ import annotations
@@ -97,27 +111,93 @@ def register_profiles() -> None:
 # --------------------------------------------------------------------------
 
 
+#: Tests of the five seed invariants (DESIGN.md), relative to the suite: a
+#: whole file, or ``file::test``. No known-failure entry may name them.
+SEED_INVARIANTS = {
+    "test_checkpoint_roundtrip.py": "1 (save -> load exact; plain JSON, no pickle)",
+    "test_priority_transform.py": "2 (a priority is transformed exactly once)",
+    "test_pin_memory.py": "3 (pin_memory pins the returned sample, or is a clear error)",
+    "test_policy_placement.py": "4 (a non-copyable policy is used in place or a clear error)",
+    "test_trajectory_slices.py::test_trajectory_example_runs_as_written": "5 (the tutorial runs)",
+}
+KNOWN_FAILURE_KEYS = ("message", "reason")
+
+
+class KnownFailureError(ValueError):
+    """A known-failures file that cannot be used (bad syntax, bad regex, no
+    message pattern, or an entry on a seed invariant)."""
+
+
 @dataclass
 class KnownFailure:
     test_id: str
+    pattern: re.Pattern
     reason: str
     line: int
     matched: int = 0
 
+    def explains(self, messages: list[str]) -> bool:
+        """Whether every failure message is this entry's known cause."""
+        return bool(messages) and all(self.pattern.search(m) for m in messages)
+
 
 def parse_known_failures(path: Path) -> list[KnownFailure]:
-    """Entries of a known-failures file (blank lines and ``#`` lines skipped)."""
-    entries = []
+    """Entries of a known-failures file (see module doc). Raises
+    :class:`KnownFailureError` naming the file and line of a bad entry."""
+    entries: list[KnownFailure] = []
+    current: dict[str, Any] | None = None
+
+    def close() -> None:
+        if current is None:
+            return
+        where = f"{path}:{current['line']}"
+        if "message" not in current:
+            raise KnownFailureError(
+                f"known failure id={current['id']!r} ({where}) has no 'message:' line, but should "
+                f"name the pattern of its failure message (known failures are keyed by cause)"
+            )
+        try:
+            pattern = re.compile(current["message"])
+        except re.error as err:
+            raise KnownFailureError(
+                f"known failure id={current['id']!r} ({where}): message={current['message']!r} is "
+                f"not a valid regex ({err}), but should be one"
+            ) from err
+        entries.append(KnownFailure(current["id"], pattern, current.get("reason") or "no reason given",
+                                    current["line"]))
+
     for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
         text = raw.strip()
         if not text or text.startswith("#"):
             continue
-        test_id, _, reason = text.partition("#")
-        test_id, reason = property_to_file_id(test_id.strip()), reason.strip()
-        if not reason:
-            reason = "no reason given"
-        entries.append(KnownFailure(test_id, reason, number))
+        if raw[0].isspace():
+            key, sep, value = text.partition(":")
+            if current is None or not sep or key.strip() not in KNOWN_FAILURE_KEYS:
+                raise KnownFailureError(
+                    f"{path}:{number}: {text!r}, but should be an indented 'message: <regex>' or "
+                    f"'reason: <text>' line under a test id"
+                )
+            current[key.strip()] = value.strip()
+            continue
+        close()
+        if "#" in text or " " in text:
+            raise KnownFailureError(
+                f"{path}:{number}: {text!r}, but should be a test id alone on its line, followed by "
+                f"indented 'message: <regex>' and 'reason: <text>' lines"
+            )
+        current = {"id": property_to_file_id(text), "line": number}
+    close()
     return entries
+
+
+def seed_invariant_of(nodeid: str) -> str | None:
+    """The seed invariant a test checks, or None."""
+    rel = suite_relative(nodeid).split("[", 1)[0]
+    for key, invariant in SEED_INVARIANTS.items():
+        if rel == key or rel.startswith(key + "::") or (rel.split("::", 1)[0] == key.split("::", 1)[0]
+                                                        and rel.endswith("::" + key.split("::")[-1])):
+            return invariant
+    return None
 
 
 def property_to_file_id(test_id: str) -> str:
@@ -175,9 +255,11 @@ class State:
     pending: dict[str, int] = field(default_factory=dict)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    hid_new: list[str] = field(default_factory=list)
 
 
 _STATE_KEY = pytest.StashKey[State]()
+_KNOWN_KEY = pytest.StashKey[KnownFailure]()
 _current: State | None = None
 #: States of enclosing sessions (``rbcheck.check_buffer`` runs pytest inside pytest).
 _outer: list[State | None] = []
@@ -263,7 +345,10 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"known failures file={str(state.known_failures_path)!r} does not exist, "
                 f"but should be a text file of test ids"
             )
-        state.known_failures = parse_known_failures(state.known_failures_path)
+        try:
+            state.known_failures = parse_known_failures(state.known_failures_path)
+        except KnownFailureError as err:
+            raise pytest.UsageError(str(err)) from err
     config.stash[_STATE_KEY] = state
     _outer.append(_current)
     _current = state
@@ -400,10 +485,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.add_marker(pytest.mark.skip(reason=SEED_SKIP))
         for entry in state.known_failures:
             if id_matches(entry.test_id, item.nodeid):
+                seed = seed_invariant_of(item.nodeid) if in_suite(item.nodeid) else None
+                if seed:
+                    raise pytest.UsageError(
+                        f"known failure id={entry.test_id!r} ({state.known_failures_path}:"
+                        f"{entry.line}) names {suite_relative(item.nodeid)}, a test of seed "
+                        f"invariant {seed}, but no entry may hide a seed bug: remove the entry "
+                        f"(the failure is reported as FAIL)"
+                    )
                 entry.matched += 1
-                item.add_marker(
-                    pytest.mark.xfail(reason=f"known failure: {entry.reason}", strict=False)
-                )
+                item.stash[_KNOWN_KEY] = entry
                 break
     collected_files = {item.nodeid.split("::", 1)[0] for item in items}
     root = Path(str(config.rootpath))
@@ -461,6 +552,49 @@ def make_buffer(impl: Adapter):
         return impl.make(spec)
 
     return make
+
+
+# --------------------------------------------------------------------------
+# Known failures at run time: matched by message
+# --------------------------------------------------------------------------
+
+HID_SOMETHING_NEW = "a known failure hid something new"
+
+
+def exception_messages(exc: BaseException) -> list[str]:
+    """``"<Type>: <message>"`` of an exception, or of every leaf of an
+    exception group (Hypothesis reports several distinct bugs as a group)."""
+    subs = getattr(exc, "exceptions", None)  # BaseExceptionGroup (or its 3.10 backport)
+    if isinstance(subs, tuple) and subs and all(isinstance(e, BaseException) for e in subs):
+        return [m for sub in subs for m in exception_messages(sub)]
+    return [f"{type(exc).__name__}: {exc}"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    entry = item.stash.get(_KNOWN_KEY, None)
+    if entry is None or call.when != "call":
+        return
+    report = outcome.get_result()
+    reason = f"known failure: {entry.reason}"
+    if report.passed:
+        report.wasxfail = reason  # XPASS: the known failure is gone
+        return
+    if not report.failed or call.excinfo is None:
+        return
+    messages = exception_messages(call.excinfo.value)
+    if entry.explains(messages):
+        report.outcome = "skipped"
+        report.wasxfail = reason
+        return
+    unexplained = next(m for m in messages if not entry.pattern.search(m))
+    report.rbcheck_hid_new = (
+        f"{HID_SOMETHING_NEW}: entry {entry.test_id!r} expects a message matching "
+        f"/{entry.pattern.pattern}/ ({entry.reason}), but this failure is "
+        f"{one_line(unexplained, 200)!r}"
+    )
+    report.sections.append(("rbcheck known failure", report.rbcheck_hid_new))
 
 
 # --------------------------------------------------------------------------
@@ -587,6 +721,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         message = failure_message(report)
         if report.when != "call":
             message = f"in {report.when}: {message}"
+        hid = getattr(report, "rbcheck_hid_new", None)
+        if hid:
+            message = one_line(f"{message} [{hid}]", 600)
+            state.hid_new.append(f"{report.nodeid}: {hid}")
         record.update(outcome=outcome, message=message)
     elif report.when == "call" and record["outcome"] == "not run":
         record.update(outcome="pass", message="")
@@ -608,6 +746,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "profile": state.profile,
         "known_failures_file": str(state.known_failures_path) if state.known_failures_path else None,
         "warnings": state.warnings,
+        "known_failures_hid_new": state.hid_new,
         "exitstatus": int(exitstatus),
         "tests": list(state.records.values()),
     }

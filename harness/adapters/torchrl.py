@@ -1,4 +1,4 @@
-"""TorchRL's replay buffer (written against torchrl 0.14.1) as a BufferUnderTest.
+"""TorchRL's replay buffer (torchrl 0.6.0 to 0.14.1) as a BufferUnderTest.
 
 Mapping (read from TorchRL's source, nothing emulated):
 
@@ -10,9 +10,9 @@ Mapping (read from TorchRL's source, nothing emulated):
   eps)`` (TorchRL's default float32 trees); ``SliceSampler(num_slices=...,
   slice_len=..., traj_key=spec.episode_key, strict_length=...)``.
 * ``sample`` calls ``sample(batch_size, return_info=True, include_info=False)``;
-  the info dict is passed through and, in addition, TorchRL's
-  ``"priority_weight"`` is also given as ``"weight"`` and a tuple index is
-  unpacked into a tensor.
+  the info dict is passed through and, in addition, TorchRL's importance
+  weights are also given as ``"weight"`` and a tuple index is unpacked into a
+  tensor.
 * TorchRL's tensordict writer writes an ``"index"`` column into the stored
   rows (and into the caller's TensorDict). The adapter hands TorchRL a shallow
   copy of the caller's data and leaves that bookkeeping column out of
@@ -22,16 +22,54 @@ Mapping (read from TorchRL's source, nothing emulated):
   write generation, so a call with ``generation`` raises NotImplementedError
   and "stale_updates" is not declared. There is no way to feed TorchRL given
   uniforms, so "shared_rng" is not declared.
-* ``stored_priority`` reads the sum tree's leaves, ``max_priority`` is
-  TorchRL's ``default_priority`` (its raw max priority, 1.0 before any).
+* ``stored_priority`` reads the sum tree's leaves (a one-element read comes
+  back from the C++ tree as a Python float, shape ``[]``; it is reshaped to
+  the index's shape). ``max_priority`` is the raw max TorchRL records,
+  ``PrioritizedSampler._max_priority[0]`` (1.0 before any), in every release
+  (``default_priority`` is that raw max only since the #2211 fix; before, it
+  was already transformed).
 * ``save`` / ``load``: ``dumps`` / ``loads``.
 * pin step: TorchRL pins what ``_sample`` returns through
   ``torchrl.data.replay_buffers.utils._pin_memory`` (each of sample and info;
   only objects with ``.pin_memory`` whose ``device`` is cpu). The patch hook
   keeps that decision and replaces only the pinning call by
   ``recorder(obj, {})``.
-* policy placement: the collectors' ``BaseCollector._get_policy_and_device``
-  (TorchRL has no ``allow_in_place`` switch; the argument is ignored).
+* policy placement: the collectors' ``_get_policy_and_device`` (TorchRL has
+  no ``allow_in_place`` switch; the argument is ignored).
+
+Conventions (``Adapter.conventions``; each checked in its own terms):
+
+* ``priority_dtype=torch.float32``: ``PrioritizedSampler(..., dtype=torch.float)``
+  keeps ``SumSegmentTreeFp32`` / ``MinSegmentTreeFp32`` trees
+  (https://github.com/pytorch/rl/blob/v0.14.1/torchrl/data/replay_buffers/samplers/prioritized.py#L184).
+* ``param_ranges``: alpha >= 0 and beta >= 0 are checked at construction
+  (same file, L189-L194); eps is not checked.
+* everything else is the spec's rule: ``(p + eps) ** alpha`` in
+  ``update_priority``; new rows get the raw max seen (``max_priority_within_buffer``
+  defaults to False); weights ``(p_i / p_min) ** -beta`` over the stored
+  slots (the min tree), i.e. the spec's ``buffer_min``; iid draws from the
+  seeded ``generator``.
+
+Releases (the history, ``nox -s history``): what differs, and how the
+adapter maps it (never by skipping):
+
+=========  ==============================================================
+release    mapping
+=========  ==============================================================
+0.14.1     collectors' ``BaseCollector``; weights ``info["priority_weight"]``
+0.9.2      collectors' ``DataCollectorBase`` (no ``BaseCollector`` yet);
+           weights ``info["_weight"]``; ``default_priority`` returns the
+           transformed max (the #2211 double transform, reported, not mapped)
+0.8.1      as 0.9.2; ``sampler_metadata.json`` dumps ``_max_priority`` as a
+           tensor (the JSON crash, pytorch/rl #3055, reported)
+0.6.0      as 0.8.1; shipped binary named ``_torchrl.so``
+=========  ==============================================================
+
+All of them need ``torchrl._torchrl``; where the shipped binary does not load
+against the installed torch, ``python -m rbcheck.harness.torchrl_build``
+rebuilds it (from 0.14.1's ``csrc/`` for releases without sources) and the
+version string says so. Known failures: ``known_failures/torchrl-<release>.txt``
+when it exists, else ``known_failures/torchrl.txt``.
 
 Capabilities that TorchRL has but that cannot run here are listed in
 ``unavailable`` with the error they raise, found by trying them when the
@@ -42,6 +80,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import re
 import warnings
 from collections.abc import Callable, Iterator
@@ -83,19 +122,48 @@ def _error_text(err: BaseException) -> str:
     return _strip_paths(f"{type(err).__name__}: {err}")
 
 
+#: Names TorchRL's releases give the importance weights in the info dict.
+WEIGHT_KEYS = ("priority_weight", "_weight")
+KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"
+
+
 def probe_prioritized() -> str | None:
-    """Why TorchRL's PrioritizedSampler cannot be built here, or None."""
+    """Why TorchRL's PrioritizedSampler cannot be built and run here, or None
+    (it builds one, writes a priority and reads it back)."""
     from torchrl.data.replay_buffers.samplers import PrioritizedSampler
 
     try:
-        PrioritizedSampler(2, alpha=0.6, beta=0.4)
+        sampler = PrioritizedSampler(2, alpha=0.6, beta=0.4)
+        sampler.update_priority(torch.tensor([0]), torch.tensor([1.0]))
+        float(torch.as_tensor(sampler._sum_tree.query(0, 2)))
     except Exception as err:
         why = _error_text(err)
         try:
             importlib.import_module("torchrl._torchrl")
         except Exception as cause:
             why += f" (cause: the C++ extension torchrl._torchrl does not load: {_error_text(cause)})"
+        build = extension_record()
+        if build and build.get("status") == "build_failed":
+            why += f"; {build.get('line')}"
         return why
+    return None
+
+
+def extension_record() -> dict | None:
+    """What ``rbcheck.harness.torchrl_build`` did to this torchrl, or None."""
+    from rbcheck.harness import torchrl_build
+
+    spec = importlib.util.find_spec("torchrl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return torchrl_build.read_marker(Path(next(iter(spec.submodule_search_locations))))
+
+
+def known_failures_file(release: str) -> Path | None:
+    """``torchrl-<release>.txt`` if there is one, else ``torchrl.txt`` (0.14.1)."""
+    for name in (f"torchrl-{release}.txt", "torchrl.txt"):
+        if (KNOWN_FAILURES_DIR / name).exists():
+            return KNOWN_FAILURES_DIR / name
     return None
 
 
@@ -143,8 +211,10 @@ class TorchRLBuffer:
         index = info.get("index")
         if isinstance(index, tuple) and len(index) == 1:
             info["index"] = index[0]
-        if "priority_weight" in info:
-            info["weight"] = info["priority_weight"]
+        for key in WEIGHT_KEYS:  # 0.14.1: "priority_weight"; 0.6.0 - 0.9.2: "_weight"
+            if key in info:
+                info["weight"] = info[key]
+                break
         return self._visible(data), info
 
     def contents(self) -> TensorDictBase:
@@ -181,11 +251,14 @@ class TorchRLBuffer:
     def stored_priority(self, index) -> torch.Tensor:
         tree = self._sampler()._sum_tree
         index = torch.as_tensor(index, dtype=torch.long)
-        return torch.as_tensor(tree[index]).to(torch.float64)
+        # the C++ tree gives a Python float for a one-element index (shape [])
+        values = torch.as_tensor(tree[index], dtype=torch.float64)
+        return values.reshape(index.shape)
 
     @property
     def max_priority(self) -> float:
-        return float(self._sampler().default_priority)
+        raw = self._sampler()._max_priority[0]  # (max, its slot); None before any
+        return 1.0 if raw is None else float(raw)
 
     def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(
@@ -257,12 +330,21 @@ def _patch_pin_step(recorder: Callable) -> Any:
     return patch()
 
 
-def _place_policy(policy: Any, device: Any, allow_in_place: bool = True) -> Any:
-    from torchrl.collectors import BaseCollector
+def collector_base() -> type:
+    """The collectors' base class: ``BaseCollector`` (0.14.1) or
+    ``DataCollectorBase`` (0.6.0 - 0.9.2)."""
+    collectors = importlib.import_module("torchrl.collectors")
+    for name in ("BaseCollector", "DataCollectorBase"):
+        if hasattr(collectors, name):
+            return getattr(collectors, name)
+    raise ImportError("torchrl.collectors has neither BaseCollector nor DataCollectorBase, "
+                      "but should have one of them")
 
+
+def _place_policy(policy: Any, device: Any, allow_in_place: bool = True) -> Any:
     device = torch.device(device)
     fake_collector = SimpleNamespace(policy_device=device, trust_policy=True)
-    placed, _ = BaseCollector._get_policy_and_device(
+    placed, _ = collector_base()._get_policy_and_device(
         fake_collector, policy=policy, policy_device=device
     )
     return placed
@@ -285,7 +367,11 @@ def torchrl_adapter() -> Adapter:
     cuda = cuda_unavailable_reason()
     if cuda:
         unavailable["cuda"] = cuda
+    release = str(torchrl.__version__).split("+", 1)[0]
     version = f"{torchrl.__version__} (torch {torch.__version__})"
+    build = extension_record()
+    if build and build.get("status") == "rebuilt":
+        version = f"{torchrl.__version__} (torch {torch.__version__}; {build['line']})"
     return Adapter(
         name="torchrl",
         version=version,
@@ -294,6 +380,7 @@ def torchrl_adapter() -> Adapter:
         unavailable=unavailable,
         place_policy=_place_policy,
         patch_pin_step=_patch_pin_step,
+        known_failures=known_failures_file(release),
     )
 
 

@@ -148,12 +148,12 @@ def _reject_constant(name: str):
 
 
 @given(data=st.data())
-def test_checkpoint_metadata_is_plain_json_without_pickle(impl, data):
-    """exact: every .json file of the checkpoint decodes with the json module
-    (no NaN/Infinity), holds only plain types (no stringified tensors), at
-    least one .json file exists, and no file is a pickle (pickle protocol
-    header) or a torch.save zip archive. After load, scalar state keeps its
-    Python type (cursor/write_count int, max_priority float)."""
+def test_checkpoint_metadata_is_plain_json(impl, data):
+    """exact: saving succeeds, at least one .json file exists, and every .json
+    file of the checkpoint decodes with the json module (no NaN/Infinity) and
+    holds only plain types (no stringified tensors). After load, scalar state
+    keeps its Python type (cursor/write_count int, max_priority float) and
+    every column its dtype. (Pickles are test_checkpoint_holds_no_pickle's.)"""
     spec, layout, trace, buf, _, _ = _draw_filled_buffer(impl, data)
     trace.let("path", None, "'ckpt'")
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,26 +169,6 @@ def test_checkpoint_metadata_is_plain_json_without_pickle(impl, data):
                 "at least one metadata .json",
                 trace,
             )
-        for p in files:
-            rel = p.relative_to(tmp).as_posix()
-            blob = p.read_bytes()
-            head = blob[:4]
-            if is_pickle(blob):
-                fail(
-                    f"format of {rel}",
-                    "<a pickle stream>",
-                    "JSON or safetensors, never pickle",
-                    trace,
-                )
-            if head == ZIP_HEADER:
-                fail(
-                    f"header of {rel}",
-                    head,
-                    "a JSON or safetensors file, not a torch.save zip",
-                    trace,
-                )
-            if p.suffix in (".pt", ".pth", ".pkl", ".pickle"):
-                fail("checkpoint file", rel, "no torch.save / pickle files", trace)
         for p in json_files:
             rel = p.relative_to(tmp).as_posix()
             try:
@@ -214,3 +194,35 @@ def test_checkpoint_metadata_is_plain_json_without_pickle(impl, data):
                     str(value.dtype),
                     trace,
                 )
+
+
+@given(data=st.data())
+def test_checkpoint_holds_no_pickle(impl, data):
+    """exact: no file of the checkpoint is a pickle (one complete pickle
+    stream, any protocol), a torch.save zip archive, or named like one
+    (.pt, .pth, .pkl, .pickle)."""
+    spec, layout, trace, buf, _, _ = _draw_filled_buffer(impl, data)
+    trace.let("path", None, "'ckpt'")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ckpt"
+        trace.op("buf.save(path)")
+        buf.save(path)
+        for p in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
+            rel = p.relative_to(tmp).as_posix()
+            blob = p.read_bytes()
+            if is_pickle(blob):
+                fail(
+                    f"format of {rel}",
+                    "<a pickle stream>",
+                    "JSON or safetensors, never pickle",
+                    trace,
+                )
+            if blob[:4] == ZIP_HEADER:
+                fail(
+                    f"header of {rel}",
+                    blob[:4],
+                    "a JSON or safetensors file, not a torch.save zip",
+                    trace,
+                )
+            if p.suffix in (".pt", ".pth", ".pkl", ".pickle"):
+                fail("checkpoint file", rel, "no torch.save / pickle files", trace)

@@ -66,7 +66,7 @@ def test_a_users_failing_module_exits_non_zero_unless_declared(project):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL" in proc.stdout and "problem(s):" in proc.stderr, proc.stdout + proc.stderr
     known = project / "known.txt"
-    known.write_text(f"{UNIFORM}  # skips the last slot (our issue 1)\n")
+    known.write_text(f"{UNIFORM}\n    message: ^AssertionError: \n    reason: skips the last slot (our issue 1)\n")
     proc = validate(project, "mymod:adapter", "--only", UNIFORM, "--known-failures", str(known))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "known failure (skips the last slot" in proc.stdout, proc.stdout

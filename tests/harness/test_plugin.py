@@ -49,6 +49,12 @@ def test_unavailable():
 def test_known_bad():
     assert 1 == 2, "one=1, but should be 2"
 
+def test_known_but_new_cause():
+    raise ValueError("size=-1, but should be >= 0")
+
+def test_known_but_fixed():
+    pass
+
 def test_unlisted_bad():
     assert [1] == [2], "x=[1], but should be [2]"
 
@@ -88,8 +94,21 @@ def fake_run(tmp_path_factory):
     known = tmp / "known.txt"
     known.write_text(
         "# comment lines are ignored\n"
-        "test_fake.py::test_known_bad  # fails on purpose (no upstream issue found)\n"
-        "tests/conformance/test_fake.py::test_renamed_long_ago  # stale entry\n"
+        "test_fake.py::test_known_bad\n"
+        "    message: ^AssertionError: one=1, but should be 2\n"
+        "    reason: fails on purpose (no upstream issue found)\n"
+        "\n"
+        "test_fake.py::test_known_but_new_cause\n"
+        "    message: TypeError: .*cannot pickle\n"
+        "    reason: a deepcopy error (no upstream issue found)\n"
+        "\n"
+        "test_known_but_fixed\n"
+        "    message: anything\n"
+        "    reason: was broken once\n"
+        "\n"
+        "tests/conformance/test_fake.py::test_renamed_long_ago\n"
+        "    message: .*\n"
+        "    reason: stale entry\n"
     )
     results = tmp / "results.json"
     proc = run_pytest(
@@ -136,6 +155,97 @@ def test_known_failures_xfail_with_reason_and_stale_ids_warn(fake_run):
     assert not any("test_known_bad" in w for w in results["warnings"])
 
 
+def test_known_failure_with_another_message_fails_and_says_so(fake_run):
+    proc, results = fake_run
+    outcomes = {t["nodeid"].split("::")[-1]: t for t in results["tests"]}
+    new = outcomes["test_known_but_new_cause"]
+    assert new["outcome"] == "fail", new
+    assert "size=-1, but should be >= 0" in new["message"], new
+    assert "a known failure hid something new" in new["message"], new
+    assert "/TypeError: .*cannot pickle/" in new["message"], new
+    assert any("test_known_but_new_cause" in h for h in results["known_failures_hid_new"])
+    assert "a known failure hid something new" in proc.stdout  # in the terminal report too
+
+
+def test_known_failure_that_passes_is_xpass(fake_run):
+    proc, results = fake_run
+    outcomes = {t["nodeid"].split("::")[-1]: t for t in results["tests"]}
+    assert outcomes["test_known_but_fixed"]["outcome"] == "xpass"
+    assert "was broken once" in outcomes["test_known_but_fixed"]["message"]
+    assert "XPASS" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("test_fake.py::test_known_bad  # old style reason\n",
+         "but should be a test id alone on its line"),
+        ("test_fake.py::test_known_bad\n    reason: no pattern\n",
+         "has no 'message:' line, but should name the pattern of its failure message"),
+        ("test_fake.py::test_known_bad\n    message: (unclosed\n    reason: r\n",
+         "is not a valid regex"),
+        ("    message: orphan\n", "but should be an indented 'message: <regex>'"),
+    ],
+)
+def test_bad_known_failures_file_is_a_usage_error(tmp_path, text, expected):
+    known = tmp_path / "known.txt"
+    known.write_text(text)
+    proc = run_pytest(tmp_path, "tests/conformance", "--impl", "fake_adapter:factory",
+                      f"--rbcheck-known-failures={known}")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert expected in proc.stderr, proc.stderr
+
+
+def test_no_entry_may_hide_a_seed_bug(tmp_path):
+    """An entry naming a test of a seed invariant is refused, whatever its pattern."""
+    conformance = tmp_path / "tests" / "conformance"
+    conformance.mkdir(parents=True)
+    (conformance / "test_priority_transform.py").write_text(
+        "def test_updated_priority_is_transformed_once():\n    assert False, 'twice'\n")
+    known = tmp_path / "known.txt"
+    known.write_text("test_priority_transform.py::test_updated_priority_is_transformed_once\n"
+                     "    message: twice\n    reason: upstream knows\n")
+    proc = run_pytest(tmp_path, "tests/conformance", "--impl", "fake_adapter:factory",
+                      f"--rbcheck-known-failures={known}")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "a test of seed invariant 2" in proc.stderr and "no entry may hide a seed bug" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "nodeid, seed",
+    [
+        ("rbcheck/conformance/test_checkpoint_roundtrip.py::test_checkpoint_holds_no_pickle", "1"),
+        ("rbcheck/conformance/test_pin_memory.py::test_returned_sample_is_pinned_on_cuda", "3"),
+        ("rbcheck/conformance/test_policy_placement.py::test_x[a]", "4"),
+        ("rbcheck/conformance/test_trajectory_slices.py::test_trajectory_example_runs_as_written", "5"),
+        ("rbcheck/conformance/test_trajectory_slices.py::test_slices_run_across_the_ring_wrap", None),
+        ("rbcheck/conformance/test_bad_input.py::test_bad_input_is_refused_and_nothing_changes[x]", None),
+    ],
+)
+def test_seed_invariant_tests_are_recognised(nodeid, seed):
+    from rbcheck.harness.pytest_plugin import seed_invariant_of
+
+    got = seed_invariant_of(nodeid)
+    assert (got.split(" ", 1)[0] if got else None) == seed
+
+
+def test_every_leaf_of_an_exception_group_must_match():
+    import builtins
+    import re
+
+    from rbcheck.harness.pytest_plugin import KnownFailure, exception_messages
+
+    group_type = getattr(builtins, "ExceptionGroup", None) or __import__("exceptiongroup").ExceptionGroup
+    group = group_type("Hypothesis found 2 distinct failures.", [
+        ValueError("prefetch.pkl, but should be JSON"), TypeError("Object of type Tensor")])
+    entry = KnownFailure("t", re.compile(r"prefetch\.pkl"), "r", 1)
+    assert exception_messages(group) == ["ValueError: prefetch.pkl, but should be JSON",
+                                         "TypeError: Object of type Tensor"]
+    assert not entry.explains(exception_messages(group))  # the second leaf is new
+    assert entry.explains(exception_messages(ValueError("prefetch.pkl, but should be JSON")))
+    assert not entry.explains([])
+
+
 def test_results_file_has_one_line_failure_messages(fake_run):
     proc, results = fake_run
     assert proc.returncode == 1, proc.stdout  # test_unlisted_bad fails
@@ -151,7 +261,7 @@ def test_results_file_has_one_line_failure_messages(fake_run):
 
 def test_env_selects_impl_and_profile_and_subset_runs_do_not_warn(tmp_path):
     known = tmp_path / "known.txt"
-    known.write_text("test_fake.py::test_known_bad  # listed, but not part of this run\n")
+    known.write_text("test_fake.py::test_known_bad\n    message: x\n    reason: listed, but not part of this run\n")
     proc = run_pytest(
         tmp_path, "tests/conformance/test_fake.py", "-k", "test_profile or test_declared",
         f"--rbcheck-known-failures={known}",

@@ -1,0 +1,154 @@
+"""TorchRL's releases through the conformance suite: one table, release x property.
+
+    python -m rbcheck.harness.torchrl_history [--prefixes DIR] [--cache DIR]
+        [--out reports] [--profile ci] VERSION [VERSION ...]
+
+Each release is installed on its own (``pip install --no-deps --target
+DIR/<version> torchrl==<version>``) over the current environment, which holds
+torch, tensordict and the suite's own dependencies; that prefix goes first on
+``PYTHONPATH`` for everything run for the release, so each release imports
+only its own Python code and its own ``torchrl._torchrl``. The extension is
+rebuilt where the shipped one does not load against this torch
+(``rbcheck.harness.torchrl_build``; built once per torch and sources, cached
+in ``--cache``). Then the conformance suite runs against ``--impl torchrl``
+with the release's known failures (``known_failures/torchrl-<version>.txt``).
+
+The table has the same cells as the validate report (``harness.report``
+renders both) and is written to ``<out>/torchrl_history.md`` and ``.json``,
+with each release's run time and the line saying how its extension was
+obtained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rbcheck.harness import report as conformance_report
+from rbcheck.harness.torchrl_build import default_cache
+
+TITLE = "# TorchRL's history, as measured"
+COMMAND = "nox -s history"
+
+
+def prefix_env(prefix: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("RBCHECK_IMPL", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(prefix), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def installed_release(prefix: Path) -> str | None:
+    """The torchrl release installed in ``prefix``, or None."""
+    infos = sorted(prefix.glob("torchrl-*.dist-info"))
+    if not infos or not (prefix / "torchrl" / "__init__.py").exists():
+        return None
+    return infos[0].name[len("torchrl-"):-len(".dist-info")]
+
+
+def install_release(version: str, prefix: Path) -> None:
+    """torchrl ``version`` alone (no dependencies) into ``prefix``."""
+    if installed_release(prefix) == version:
+        return
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade",
+                    "--target", str(prefix), f"torchrl=={version}"], check=True)
+
+
+def run_release(version: str, prefix: Path, cache: Path, profile: str, extra: list[str],
+                workdir: Path) -> tuple[conformance_report.ImplResult, dict[str, Any]]:
+    name = f"torchrl {version}"
+    started = time.perf_counter()
+    install_release(version, prefix)
+    env = prefix_env(prefix)
+    build = subprocess.run([sys.executable, "-m", "rbcheck.harness.torchrl_build", "--cache", str(cache)],
+                           env=env, capture_output=True, text=True)
+    lines = [ln for ln in build.stdout.splitlines() if ln.startswith("[torchrl_build]")]
+    extension = lines[-1][len("[torchrl_build] "):] if lines else (build.stderr.strip().splitlines() or ["?"])[-1]
+    print(f"[torchrl history] {name}: {extension}", file=sys.stderr, flush=True)
+    results = workdir / f"results-{version}.json"
+    command = [sys.executable, "-m", "pytest", conformance_report.SUITE, "-q", "-p", "no:cacheprovider",
+               "--impl=torchrl", f"--rbcheck-profile={profile}", f"--rbcheck-results={results}", *extra]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - started
+    if results.exists():
+        result = conformance_report.ImplResult.from_results(name, json.loads(results.read_text()))
+    else:
+        tail = " ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        result = conformance_report.ImplResult(name=name, status="crashed",
+                                               why=f"pytest exit {proc.returncode}: {tail}")
+    meta = {"release": version, "extension": extension, "seconds": round(seconds, 1),
+            "known_failures_hid_new": []}
+    if results.exists():
+        payload = json.loads(results.read_text())
+        meta["known_failures_hid_new"] = payload.get("known_failures_hid_new", [])
+        meta["known_failures_file"] = Path(payload.get("known_failures_file") or "").name or None
+    print(f"[torchrl history] {name}: suite ran in {seconds:.0f} s", file=sys.stderr, flush=True)
+    return result, meta
+
+
+def render(table: dict[str, Any], runs: list[dict[str, Any]], header: dict[str, Any]) -> str:
+    body = conformance_report.render_markdown(table).split("\n", 1)[1]  # without its title
+    lines = [TITLE, "",
+             f"`{COMMAND}` on {header['date']}, torch {header['torch']}, Hypothesis profile "
+             f"`{header['profile']}`, {header['total_seconds']:.0f} s in all "
+             f"({header['cpus']} CPU cores). Each release in its own prefix with its own "
+             f"C++ extension:", ""]
+    for run in runs:
+        lines.append(f"- torchrl {run['release']}: {run['extension']}; suite {run['seconds']:.0f} s"
+                     + (f"; known failures from {run['known_failures_file']}"
+                        if run.get("known_failures_file") else ""))
+        for hid in run["known_failures_hid_new"]:
+            lines.append(f"  - {hid}")
+    return "\n".join(lines) + "\n" + body
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rbcheck.harness.torchrl_history",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("versions", nargs="+", metavar="VERSION", help="torchrl releases, in order")
+    parser.add_argument("--prefixes", type=Path, default=Path(".torchrl-history"),
+                        help="directory holding one install prefix per release")
+    parser.add_argument("--cache", type=Path, default=None, help="extension build cache")
+    parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument("--profile", default=os.environ.get("RBCHECK_PROFILE", "ci"))
+    parser.add_argument("--pytest-arg", action="append", default=[],
+                        help="extra argument passed to every pytest run (repeatable)")
+    args = parser.parse_args(argv)
+    import torch
+
+    cache = (args.cache or default_cache()).resolve()
+    started = time.perf_counter()
+    results, runs = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for version in args.versions:
+            print(f"[torchrl history] torchrl {version} ...", file=sys.stderr, flush=True)
+            result, meta = run_release(version, (args.prefixes / version).resolve(), cache, args.profile,
+                                       args.pytest_arg, Path(tmp))
+            results.append(result)
+            runs.append(meta)
+    table = conformance_report.build(results)
+    for name in table["order"]:
+        table["implementations"][name]["third_party"] = True
+    header = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "torch": torch.__version__,
+              "profile": args.profile, "cpus": os.cpu_count(),
+              "total_seconds": time.perf_counter() - started, "command": COMMAND}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "torchrl_history.md").write_text(render(table, runs, header))
+    (args.out / "torchrl_history.json").write_text(
+        json.dumps({**header, "runs": runs, **table}, indent=2) + "\n")
+    print(conformance_report.render_text(table))
+    print(f"\nwrote {args.out / 'torchrl_history.md'} and {args.out / 'torchrl_history.json'} "
+          f"({header['total_seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

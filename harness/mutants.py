@@ -564,6 +564,30 @@ def policy_never_copied():
 
 
 # --------------------------------------------------------------------------
+# 8. priorities in another float dtype (modelled on TorchRL 0.14.1)
+# --------------------------------------------------------------------------
+
+
+class MaxBeforeDtypeCheckSampler(PrioritizedSampler):
+    """Raises on priorities in another float dtype than its trees' (float64
+    here) -- after recording their max, as TorchRL's float32 trees do
+    (``update_priority`` sets ``_max_priority`` before the C++ tree refuses
+    a double: "expected scalar type Float but found Double")."""
+
+    def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
+        given = torch.as_tensor(priority)
+        if given.is_floating_point() and given.dtype != torch.float64:
+            if given.numel():
+                self.max_priority = max(self.max_priority, float(given.max()))
+            raise RuntimeError("expected scalar type Double but found Float")
+        super().update_priority(index, priority, generation, current_generation)
+
+
+def priority_dtype_crash_keeps_max():
+    return _adapter("priority-dtype-crash-keeps-max", PrioritizedSampler=MaxBeforeDtypeCheckSampler)
+
+
+# --------------------------------------------------------------------------
 # the table the meta test runs
 # --------------------------------------------------------------------------
 
@@ -771,6 +795,12 @@ MUTANTS = (
         "sample() ignoring the buffer's batch_size (the tutorial's example)",
         ("test_trajectory_slices.py",),
         ("test_trajectory_example_runs_as_written",),
+    ),
+    Mutant(
+        "priority_dtype_crash_keeps_max",
+        "priorities in another float dtype refused after the max priority moved",
+        ("test_bad_input.py",),
+        ("test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly",),
     ),
     Mutant(
         "ring_eviction_off_by_one",

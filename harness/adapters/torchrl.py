@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import importlib.util
 import re
 import warnings
@@ -93,12 +94,13 @@ import torch
 from tensordict import TensorDictBase
 
 from rbcheck.harness.adapters.reference import cuda_unavailable_reason
-from rbcheck.harness.protocol import Adapter, BufferSpec
+from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions, ParamRange
 
 CAPABILITIES = frozenset(
     {
         "random",
         "prioritized",
+        "priority_readback",
         "slice",
         "transforms",
         "pin_memory",
@@ -111,6 +113,19 @@ CAPABILITIES = frozenset(
 )
 
 BOOKKEEPING_KEY = "index"
+SOURCE = "https://github.com/pytorch/rl/blob/v0.14.1/torchrl/data/replay_buffers/samplers/prioritized.py"
+#: TorchRL's own rules where they differ from the spec (module doc, "Conventions").
+CONVENTIONS = Conventions(
+    priority_dtype=torch.float32,
+    param_ranges={
+        "alpha": ParamRange(0.0, math.inf),
+        "beta": ParamRange(0.0, math.inf),
+    },
+    notes={
+        "priority_dtype": f"PrioritizedSampler(dtype=torch.float) keeps float32 sum/min trees ({SOURCE}#L184)",
+        "param_ranges": f"alpha >= 0 and beta >= 0 are checked at construction, eps is not ({SOURCE}#L189-L194)",
+    },
+)
 
 
 def _strip_paths(text: str) -> str:
@@ -381,6 +396,7 @@ def torchrl_adapter() -> Adapter:
         place_policy=_place_policy,
         patch_pin_step=_patch_pin_step,
         known_failures=known_failures_file(release),
+        conventions=CONVENTIONS,
     )
 
 

@@ -35,8 +35,16 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
-from rbcheck.harness.oracle import reads_back
+from rbcheck.harness.assertions import (
+    Trace,
+    assert_close,
+    assert_same,
+    assert_td_equal,
+    assert_tensor_equal,
+    fail,
+    priority_tolerance,
+)
+from rbcheck.harness.oracle import reads_back, transform
 from rbcheck.harness.protocol import BufferSpec
 
 pytestmark = pytest.mark.requires("bad_input")
@@ -330,3 +338,66 @@ def test_bad_buffer_description_is_refused(impl, case):
         error = err
     check_refusal(impl, error, case.arg, trace)
     assert_unchanged(snapshot(buf, case.spec), before, trace)
+
+
+# --- priorities in the other float dtype (a robustness property of its own) ---
+
+#: The other float dtype: float64 for a float32 tree, float32 for a float64 one.
+OTHER_FLOAT = {torch.float32: torch.float64, torch.float64: torch.float32}
+DTYPE_RAW = [6.0, 0.5]  # 6.0 above fill()'s max 4.0: a raised max shows
+
+
+def fill_in_own_dtype(buf, spec: BufferSpec, dtype: torch.dtype) -> None:
+    """:func:`fill` with every priority in the buffer's own dtype (a keyed
+    spec stays empty: its rows carry the priority column, and a column of
+    one dtype then another would be a wrong-dtype row, not this property)."""
+    if spec.priority_key:
+        return
+    buf.extend(rows(WRITTEN))
+    buf.update_priority(torch.tensor([0, 2]), torch.tensor([4.0, 0.25], dtype=dtype))
+
+
+DTYPE_CASES = {
+    "update_priority": (PRIORITIZED, P, [0, 1], 4.0,
+                        lambda buf, dt: buf.update_priority(torch.tensor([0, 1]), torch.tensor(DTYPE_RAW, dtype=dt))),
+    "priority_key_on_extend": (KEYED, P + ("priority_key",), [0, 1], 1.0,
+                               lambda buf, dt: buf.extend(rows(2).set("priority", torch.tensor(DTYPE_RAW, dtype=dt)))),
+}
+
+
+@pytest.mark.conventions("priority_dtype")
+@pytest.mark.parametrize("path", list(DTYPE_CASES))
+def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, make_buffer, path):
+    """exact / tolerance tied to the dtype: priorities handed over in the
+    other float dtype than the buffer's own (``conventions.priority_dtype``;
+    float64 to a float32 tree, float32 to a float64 one) are either taken --
+    the call returns, the written slots store ``(p + eps) ** alpha`` of the
+    priorities rounded to the buffer's dtype (``priority_tolerance``) and
+    max_priority becomes 6.0 -- or refused like any bad input: an exception,
+    and length, cursor, contents, stored priorities and max priority exactly
+    as before. A crash that leaves part of the state changed is neither.
+    (update_priority on a filled buffer; a first extend carrying the
+    priorities under ``priority_key`` on an empty one.)"""
+    spec, needs, slots, max_before, call = DTYPE_CASES[path]
+    for cap in needs:
+        if not impl.has(cap):
+            pytest.skip(f"unavailable: {cap}: {impl.unavailable[cap]}" if cap in impl.unavailable
+                        else f"not declared: {cap}")
+    own = impl.conventions.priority_dtype
+    other = OTHER_FLOAT[own]
+    trace = Trace(impl, spec)
+    buf = make_buffer(spec)
+    fill_in_own_dtype(buf, spec, own)
+    before = snapshot(buf, spec)
+    trace.op(f"# then {path} with priorities {DTYPE_RAW} as {other} (the buffer's dtype: {own})")
+    try:
+        call(buf, other)
+    except Exception as err:  # noqa: BLE001 - a refusal; then nothing may have changed
+        trace.op(f"# raised {type(err).__name__}: {err}")
+        assert_unchanged(snapshot(buf, spec), before, trace)
+        return
+    if reads_back(spec):
+        want = transform(impl.conventions.priorities(DTYPE_RAW).double(), spec.eps, spec.alpha)
+        assert_close(f"stored_priority({slots})", buf.stored_priority(torch.tensor(slots)), want, trace,
+                     tol=priority_tolerance(own, spec.alpha))
+        assert_same("max_priority", float(buf.max_priority), max(max_before, *DTYPE_RAW), trace)

@@ -16,7 +16,7 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
   compacting the batch (no device synchronisation on that path);
 * ``state_dict`` / ``load_state_dict`` the reference's keys and layout;
 * on the CPU, when ``rbcheck.variants.native`` loads, ``update_priority`` (no
-  generations) is one C pass of checks, widening and max, torch's add and
+  generations) is one C pass of checks, widening, ``+ eps`` and max, torch's
   ``pow``, and one C update of both trees; ``sample`` is one C call for
   ``mass = u * total``, the descent and ``n * (leaf / total)``, torch's
   ``pow`` (the reference's, so the same bits), and one C call for the
@@ -120,9 +120,9 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
 
     def _update_native(self, index, priority) -> bool:
         """``update_priority``'s happy path on the CPU: one C pass checks the indices
-        and priorities, widens them to float64 and raises the max priority; torch's
-        add and pow transform them (the reference's ops: same bits); one C call
-        updates both trees. False when it does not apply or a check fails: the
+        and priorities, widens them to float64, adds eps and raises the max priority;
+        torch's pow finishes the transform (the reference's op: same bits); one C
+        call updates both trees. False when it does not apply or a check fails: the
         full path then runs (and raises the reference's error)."""
         if not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
                 or index.dtype != torch.long or index.dim() != 1 or not len(index) \
@@ -131,12 +131,10 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
                 or (self.backend == "triton" and interpreting()) \
                 or not native.usable(index, priority, self.sum_tree.raw_nodes, self.min_tree.raw_nodes):
             return False
-        n = len(index)
-        raw = workspace(self.work, "raw", (n,), torch.float64, "cpu")
-        if not native.prepare_update(index, self.capacity, priority, raw, self._max_priority):
+        value = workspace(self.work, "value", (len(index),), torch.float64, "cpu")
+        if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority):
             return False
-        value = workspace(self.work, "value", (n,), torch.float64, "cpu")
-        torch.add(raw, self.eps, out=value).pow_(self.alpha)  # == (raw + eps) ** alpha
+        value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
         native.update(self.sum_tree.raw_nodes, False, self.min_tree.raw_nodes, True, self.sum_tree.size,
                       self.capacity, index, value, None, None, shadow=True)
         self.sum_tree.mark_stale()

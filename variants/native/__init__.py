@@ -54,7 +54,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("tree.c")
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
-ABI_VERSION = 10
+ABI_VERSION = 11
 #: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
 SHADOW_MIN_DEPTH = 6
 
@@ -148,7 +148,7 @@ def _build() -> ctypes.CDLL:
     lib.rb_index_in_range.restype = i64
     lib.rb_all_finite_nonneg.argtypes = [p, i64]
     lib.rb_all_finite_nonneg.restype = i64
-    lib.rb_prepare_update.argtypes = [p, i64, i64, p, i64, p, p]
+    lib.rb_prepare_update.argtypes = [p, i64, i64, p, i64, ctypes.c_double, p, p]
     lib.rb_prepare_update.restype = i64
     return lib
 
@@ -316,16 +316,17 @@ def all_finite_nonneg(x: torch.Tensor) -> bool:
     return bool(_state["lib"].rb_all_finite_nonneg(x.data_ptr(), x.shape[0]))
 
 
-def prepare_update(index: torch.Tensor, capacity: int, priority: torch.Tensor, out: torch.Tensor,
-                   max_priority: torch.Tensor) -> bool:
+def prepare_update(index: torch.Tensor, capacity: int, priority: torch.Tensor, eps: float,
+                   out: torch.Tensor, max_priority: torch.Tensor) -> bool:
     """One pass for ``update_priority``'s happy path: True when every ``index``
     (int64) is in ``[0, capacity)`` and every ``priority`` (float32 or float64)
-    finite and ``>= 0``; then ``out`` (float64) holds the priorities and
-    ``max_priority`` (a float64 scalar tensor) the larger of itself and their
-    maximum. False: nothing promised of ``out``, ``max_priority`` unchanged."""
+    finite and ``>= 0``; then ``out`` (float64) holds ``priority + eps`` (as torch
+    adds: the same bits) and ``max_priority`` (a float64 scalar tensor) the larger
+    of itself and the priorities' maximum. False: nothing promised of ``out``,
+    ``max_priority`` unchanged."""
     return bool(_state["lib"].rb_prepare_update(
         index.data_ptr(), index.shape[0], capacity, priority.data_ptr(),
-        int(priority.dtype == torch.float32), out.data_ptr(), max_priority.data_ptr()))
+        int(priority.dtype == torch.float32), eps, out.data_ptr(), max_priority.data_ptr()))
 
 
 _HUGE = 2 << 20  # transparent huge page size on x86-64 / arm64 Linux (4 KiB base pages)

@@ -19,7 +19,7 @@
 #error "tree.c must be compiled without -ffast-math: its results must be the reference's bits"
 #endif
 
-#define RB_ABI_VERSION 10
+#define RB_ABI_VERSION 11
 /* Prefetch the children of the draw PREFETCH_AHEAD positions ahead (level by
  * level the next addresses are known; ~64 hides the latency of a tree larger
  * than the private caches on the machines measured, 16 was 2x slower), and
@@ -276,28 +276,28 @@ int64_t rb_all_finite_nonneg(const double *x, int64_t n)
     return ok;
 }
 
-/* update_priority's checks and widening in one pass: 1 when every index[i]
- * is in [0, capacity) and every priority finite and >= 0; then out[i] is the
- * priority as a double (float32 widened exactly, as torch's conversion) and
- * *max_priority becomes the larger of itself and the largest priority. 0
- * otherwise, with *max_priority unchanged (the caller's full checks then
- * report what is wrong). priority: float32 when is_float32, else float64. */
+/* update_priority's checks, widening and first step of the transform in
+ * one pass: 1 when every index[i] is in [0, capacity) and every priority
+ * finite and >= 0; then out[i] = priority + eps (the priority widened to a
+ * double first: float32 exactly, as torch's conversion; one IEEE addition,
+ * as torch's) and *max_priority becomes the larger of itself and the
+ * largest priority. 0 otherwise, with *max_priority unchanged (the caller's
+ * full checks then report what is wrong). priority: float32 when
+ * is_float32, else float64. */
 int64_t rb_prepare_update(const int64_t *index, int64_t n, int64_t capacity, const void *priority,
-                          int64_t is_float32, double *out, double *max_priority)
+                          int64_t is_float32, double eps, double *out, double *max_priority)
 {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (index[i] < 0) | (index[i] >= capacity);
-    if (is_float32) {
-        const float *p = (const float *)priority;
-        for (int64_t i = 0; i < n; i++) out[i] = (double)p[i];
-    } else {
-        memcpy(out, priority, (size_t)n * sizeof(double));
-    }
     int64_t ok = !bad;
     double high = *max_priority;
+    const float *p32 = (const float *)priority;
+    const double *p64 = (const double *)priority;
     for (int64_t i = 0; i < n; i++) {
-        ok &= (out[i] >= 0.0) & (out[i] <= DBL_MAX);
-        high = out[i] > high ? out[i] : high;
+        double x = is_float32 ? (double)p32[i] : p64[i];
+        ok &= (x >= 0.0) & (x <= DBL_MAX);
+        high = x > high ? x : high;
+        out[i] = x + eps;
     }
     if (ok) *max_priority = high;
     return ok;

@@ -70,11 +70,45 @@ def validate(session: nox.Session) -> None:
     implementation (TorchRL included; `nox -s validate -- NAME ...` for some),
     written to reports/conformance.md and .json. Fails only when the
     reference, a variant or the example fails: third parties are reported."""
-    install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)
+    install(session, "test", "torchrl", "ray", *THIRD_PARTY_GROUPS)
     ensure_torchrl_extension(session)
     session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     session.run("rbcheck", "validate", *(session.posargs or ["--all"]),
                 "--third-party-informational", "--out", "reports")
+
+
+#: Wall-clock bound of each command of the Ray sessions (seconds); a run past it is killed.
+RAY_TIMEOUT_S = "900"
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """TorchRL's Ray-served buffer (--impl torchrl-ray) against a local Ray on
+    this machine (loopback only, this machine's cores, no dashboard): the
+    concurrency properties and the adapter's tests (tests/ray), then the Ray
+    benchmark in smoke mode. Each command is bounded (RAY_TIMEOUT_S) and shuts
+    Ray down when it ends. CI runs it after `nox -s tests`."""
+    install(session, "test", "torchrl", "ray")
+    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.env["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing leaves the machine
+    session.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's single-machine mode: loopback only
+    bounded = ("timeout", "-k", "30", RAY_TIMEOUT_S)
+    session.run(*bounded, "python", "-m", "pytest", "rbcheck/conformance/test_concurrency.py", "tests/ray",
+                "--impl", "torchrl-ray", "-q", "-p", "no:cacheprovider", "-rs", *session.posargs,
+                external=True)
+    session.run(*bounded, "python", "-m", "bench.ray_bench", "--smoke", "--out",
+                "reports/ray_bench_smoke", external=True)
+
+
+@nox.session
+def ray_bench(session: nox.Session) -> None:
+    """Extend and sample through Ray against in-process with 1, 2 and 4 writer
+    processes, and the priority-update round trip, as ratios: reports/ray_bench.{md,json}
+    (`nox -s ray_bench -- --address auto` on a running Ray cluster)."""
+    install(session, "test", "torchrl", "ray")
+    session.env["RAY_USAGE_STATS_ENABLED"] = "0"
+    session.run("python", "-m", "bench.ray_bench", *session.posargs)
 
 
 @nox.session

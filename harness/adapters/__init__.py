@@ -25,6 +25,8 @@ BUILTIN: dict[str, str] = {
     "device": "rbcheck.harness.adapters.variants:device",
     "triton": "rbcheck.harness.adapters.variants:triton",
     "torchrl": "rbcheck.harness.adapters.torchrl:torchrl_adapter",
+    # TorchRL's Ray-served buffer (needs the 'ray' dependency group: nox -s ray)
+    "torchrl-ray": "rbcheck.harness.adapters.torchrl_ray:torchrl_ray_adapter",
     # the README's own-buffer example (harness/examples/list_buffer.py)
     "example": "rbcheck.harness.examples.list_buffer:adapter",
     # third-party buffers (each its own dependency group; docs/findings.md)

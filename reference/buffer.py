@@ -12,16 +12,14 @@ Contract
   the rows are gathered (a copy), the transform runs, ``info`` gets
   ``generation`` (each slot's write generation), and the pin step
   ``pinning.pin_sample`` runs LAST when ``pin_memory=True``.
-* ``update_priority(index, priority, generation=None)``: entries whose
-  generation differs from the slot's current one are ignored (overwritten
-  since sampled).
+* ``update_priority(index, priority, generation=None)``: entries whose generation
+  differs from the slot's current one are ignored (overwritten since sampled).
 * Every argument is checked BEFORE anything changes; errors read
   ``<arg>=<got>, but should be <allowed>`` and leave the buffer unchanged.
 * ``state_dict``/``load_state_dict`` and ``dumps``/``loads`` (a checkpoint
   directory, see ``checkpoint.py``) round-trip the whole state, generator
   included, so the next samples are identical.
-* ``generator``: an int seeds a new ``torch.Generator``; None uses a new one
-  with torch's default seed; a Generator is used as is.
+* ``generator``: an int seed, None (torch's default seed) or a ``torch.Generator``.
 
 Cost: ``extend`` O(n * row size) (+ O(n log capacity) prioritized),
 ``sample`` O(B * row size) plus the sampler's cost.
@@ -35,15 +33,11 @@ import torch
 from tensordict import TensorDictBase
 
 from . import pinning
+from .arguments import as_generator, check_index, check_int
 from .checkpoint import load_checkpoint, save_checkpoint
 from .random_sampler import RandomSampler
-from .storage import TensorStorage, check_index
+from .storage import TensorStorage
 from .writer import RoundRobinWriter
-
-
-def _check_capacity(name: str, got, want: int) -> None:
-    if got != want:
-        raise ValueError(f"{name}={got}, but should be {want} (the storage's capacity)")
 
 
 class ReplayBuffer:
@@ -51,33 +45,23 @@ class ReplayBuffer:
 
     def __init__(self, capacity=None, *, storage=None, sampler=None, writer=None, transform=None,
                  batch_size=None, pin_memory=False, priority_key="priority", generator=None):
-        if storage is None:
-            if capacity is None:
-                raise ValueError("capacity=None, but should be an int >= 1 (or pass storage=)")
-            storage = TensorStorage(capacity)
-        capacity = storage.capacity if capacity is None else capacity
-        _check_capacity("capacity", capacity, storage.capacity)
-        writer = RoundRobinWriter(capacity) if writer is None else writer
-        _check_capacity("writer.capacity", writer.capacity, capacity)
+        storage = TensorStorage(check_int("capacity", capacity)) if storage is None else storage
+        writer = RoundRobinWriter(storage.capacity) if writer is None else writer
         sampler = RandomSampler() if sampler is None else sampler
-        _check_capacity("sampler.capacity", getattr(sampler, "capacity", capacity), capacity)
+        for name, got in (("capacity", storage.capacity if capacity is None else capacity),
+                          ("writer.capacity", writer.capacity),
+                          ("sampler.capacity", getattr(sampler, "capacity", storage.capacity))):
+            if got != storage.capacity:
+                raise ValueError(f"{name}={got}, but should be {storage.capacity} (the storage's capacity)")
         if transform is not None and not callable(transform):
             raise ValueError(f"transform={transform!r}, but should be callable or None")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(f"batch_size={batch_size!r}, but should be an int >= 1 or None")
-        if batch_size is not None and hasattr(sampler, "shape"):
+        if batch_size is not None and check_int("batch_size", batch_size) and hasattr(sampler, "shape"):
             sampler.shape(batch_size)  # a slice sampler: batch_size must divide into slices
         if pin_memory:
             pinning.require_accelerator()
-        if isinstance(generator, int) and not isinstance(generator, bool):
-            generator = torch.Generator().manual_seed(generator)
-        elif generator is None:
-            generator = torch.Generator()
-        elif not isinstance(generator, torch.Generator):
-            raise ValueError(f"generator={generator!r}, but should be None, an int seed or a torch.Generator")
         self.storage, self.writer, self.sampler = storage, writer, sampler
         self.transform, self.batch_size, self.pin_memory = transform, batch_size, bool(pin_memory)
-        self.priority_key, self.generator = priority_key, generator
+        self.priority_key, self.generator = priority_key, as_generator(generator)
 
     capacity = property(lambda self: self.storage.capacity)
     cursor = property(lambda self: self.writer.cursor)
@@ -86,9 +70,7 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return len(self.storage)
 
-    @property
-    def prioritized(self) -> bool:
-        return hasattr(self.sampler, "update_priority")
+    prioritized = property(lambda self: hasattr(self.sampler, "update_priority"))
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
@@ -148,13 +130,11 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict) -> None:
         """Replace the whole state. Everything is validated on copies first (ValueError)."""
         try:
-            if not isinstance(state, dict):
-                raise TypeError(f"state is a {type(state).__name__}, not a dict")
-            _check_capacity("capacity", state["capacity"], self.capacity)
-            staged = {}
-            for name in ("storage", "writer", "sampler"):
-                staged[name] = copy.copy(getattr(self, name))  # load rebinds, never mutates
-                staged[name].load_state_dict(state[name])
+            if state["capacity"] != self.capacity:
+                raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
+            staged = {name: copy.copy(getattr(self, name)) for name in ("storage", "writer", "sampler")}
+            for name, part in staged.items():
+                part.load_state_dict(state[name])  # load rebinds, never mutates
             count = staged["writer"].write_count
             if len(staged["storage"]) != min(count, self.capacity):
                 raise ValueError(f"storage size={len(staged['storage'])}, but should be "
@@ -166,10 +146,5 @@ class ReplayBuffer:
             getattr(self, name).__dict__.update(part.__dict__)
         self.generator.set_state(state["generator"])
 
-    def dumps(self, path) -> None:
-        """Save a checkpoint directory at ``path`` (atomic; see checkpoint.py)."""
-        save_checkpoint(self, path)
-
-    def loads(self, path) -> None:
-        """Replace the state with the checkpoint at ``path`` (validated first)."""
-        load_checkpoint(self, path)
+    # a checkpoint directory at ``path``: atomic save; load validated first (checkpoint.py)
+    dumps, loads = save_checkpoint, load_checkpoint

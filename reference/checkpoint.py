@@ -1,13 +1,7 @@
 """Checkpoints of a replay buffer: a directory, plain JSON + safetensors, no pickle.
 
-A directory written atomically; what the files hold is ``checkpoint_format.py``.
-
-Layout of ``path/``::
-
-    CURRENT                    one line: the name of the live sub-directory
-    ckpt-XXXX/meta.json        plain JSON: schema_version, checksums, the state's
-                               numbers/strings, tensor names with dtype and shape
-    ckpt-XXXX/tensors.safetensors   every tensor of the state
+``path/CURRENT`` names the live sub-directory ``ckpt-XXXX/``, which holds
+``meta.json`` and ``tensors.safetensors`` (what they hold: ``checkpoint_format.py``).
 
 Contract
 --------
@@ -17,13 +11,14 @@ Contract
   loadable.
 * ``load_checkpoint(buffer, path)`` never unpickles and never follows a
   symlink: ``CURRENT`` must name a ``ckpt-*`` sub-directory holding exactly
-  the two regular files. The files are decoded and checked
-  (``checkpoint_format.decode``), then the state against the buffer
-  (capacity, field layout when already allocated, sampler type, consistency
-  of trees and writer) BEFORE changing the buffer. Any problem raises
+  the two regular files, each within a size cap. The files are decoded and
+  checked (``checkpoint_format.decode``), then the state against the buffer
+  (``load_state_dict``) BEFORE changing the buffer. Any problem raises
   ``CheckpointError`` saying what is wrong; the buffer is then unchanged.
-* The round trip is bit-exact: storage, writer, trees, max priority (a
-  float), sampler parameters and generator state, hence the next samples.
+* It holds only what cannot be derived (no generations, inner tree nodes or
+  min tree: rebuilt on load), so an inconsistent one cannot be written down.
+  The round trip is bit-exact (storage, write count, priorities, max
+  priority, sampler parameters, generator), hence the next samples.
 
 Cost: O(size of the state) time; during a save one extra copy of the tensors in
 memory (serialised before the disk is touched) and on disk (the old checkpoint).
@@ -38,9 +33,9 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .checkpoint_format import META, TENSORS, CheckpointError, _checksum, decode, encode
+from .checkpoint_format import META, TENSORS, CheckpointError, _checksum, decode, encode, require
 
-POINTER = "CURRENT"
+POINTER, NAME = "CURRENT", re.compile(r"ckpt-[A-Za-z0-9_]+")
 MAX_POINTER_BYTES, MAX_META_BYTES = 256, 1 << 26
 __all__ = ["CheckpointError", "_checksum", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
 
@@ -77,12 +72,12 @@ def save_checkpoint(buffer, path) -> None:
     _fsync_dir(path)
     for old in path.glob("ckpt-*"):  # the previous checkpoint and leftovers of crashed saves
         # by name: mkdtemp returns an absolute path from Python 3.12 on, glob a relative one
-        if old.name != new.name and re.fullmatch(r"ckpt-[A-Za-z0-9_]+", old.name):
+        if old.name != new.name and NAME.fullmatch(old.name):
             shutil.rmtree(old, ignore_errors=True)
 
 
 def _read(file: Path, limit: int) -> bytes:
-    """The bytes of a regular file (not a symlink) of at most ``limit`` bytes."""
+    """The bytes of a regular file (not a symlink, not a FIFO) of at most ``limit`` bytes."""
     try:
         fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as error:
@@ -90,27 +85,23 @@ def _read(file: Path, limit: int) -> bytes:
                               "but should be a regular file, not a symlink") from error
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            raise CheckpointError(f"{file.name} is {stat.filemode(info.st_mode)} of {info.st_size} "
-                                  f"bytes, but should be a regular file of at most {limit} bytes")
+        require(stat.S_ISREG(info.st_mode) and info.st_size <= limit,
+                f"{file.name} is {stat.filemode(info.st_mode)} of {info.st_size} bytes, "
+                f"but should be a regular file of at most {limit} bytes")
         return handle.read(info.st_size)
 
 
 def read_checkpoint(path) -> dict:
     """The validated state dict stored at ``path`` (raises CheckpointError)."""
     path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"path={str(path)!r} is not a directory, but should be a checkpoint directory")
-    if not os.path.lexists(path / POINTER):
-        raise CheckpointError(f"path={str(path)!r} has no {POINTER} file, but should be a checkpoint directory")
+    require(path.is_dir() and os.path.lexists(path / POINTER),
+            f"path={str(path)!r} has no {POINTER} file, but should be a checkpoint directory")
     name = _read(path / POINTER, MAX_POINTER_BYTES).decode("ascii", "replace").strip()
     sub = path / name
-    if not re.fullmatch(r"ckpt-[A-Za-z0-9_]+", name) or not sub.is_dir() or sub.is_symlink():
-        raise CheckpointError(f"{POINTER}={name!r:.80}, but should name a ckpt-* sub-directory "
-                              "(not a symlink, no path separators)")
+    require(bool(NAME.fullmatch(name)) and sub.is_dir() and not sub.is_symlink(),
+            f"{POINTER}={name!r:.80}, but should name a ckpt-* sub-directory (not a symlink)")
     files = sorted(os.listdir(sub))
-    if files != sorted([META, TENSORS]):
-        raise CheckpointError(f"{name} files={files}, but should be {sorted([META, TENSORS])}")
+    require(files == sorted([META, TENSORS]), f"{name} files={files}, but should be {sorted([META, TENSORS])}")
     return decode(_read(sub / META, MAX_META_BYTES), _read(sub / TENSORS, 1 << 62))
 
 

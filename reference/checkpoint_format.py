@@ -5,13 +5,13 @@ Contract
 * ``encode(state) -> (meta bytes, tensor bytes)``: every tensor of the
   (nested dict / list) state goes into one safetensors blob; the rest, with
   ``{"tensor": name}`` in each tensor's place, into ``meta.json``: plain JSON
-  with ``schema_version``, ``format``, the sha256 of the blob, each tensor's
-  dtype and shape, and a checksum of itself (sha256 of its canonical JSON).
-  Non-finite numbers or other objects in the state raise CheckpointError.
+  with ``schema_version``, ``format``, the sha256 of the blob and a checksum
+  of itself (sha256 of its canonical JSON). Non-finite numbers or other
+  objects in the state raise CheckpointError.
 * ``decode(meta bytes, tensor bytes) -> state``: the inverse, never
   unpickling, after checking the schema version, the keys, the checksum, the
-  blob's sha256, every tensor's dtype and shape and that every tensor is
-  used. Any problem raises ``CheckpointError`` saying what is wrong.
+  blob's sha256 and that every tensor is used. Any problem raises
+  ``CheckpointError`` saying what is wrong (``require``, the one check).
 
 Cost: O(size of the state) time and one extra copy of the tensors in memory.
 """
@@ -25,14 +25,20 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as dump_tensors
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: no derived state (generations, inner tree nodes, min tree)
 FORMAT = "rbcheck.ReplayBuffer"
 META, TENSORS = "meta.json", "tensors.safetensors"
-META_KEYS = {"schema_version", "format", "checksum", "sha256", "tensors", "state"}
+META_KEYS = {"schema_version", "format", "checksum", "sha256", "state"}
 
 
 class CheckpointError(Exception):
     """A checkpoint cannot be written or read; the message says why."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Every check of a checkpoint: ``CheckpointError(message)`` unless ``ok``."""
+    if not ok:
+        raise CheckpointError(message)
 
 
 def _split(obj, name: str, tensors: dict):
@@ -44,9 +50,9 @@ def _split(obj, name: str, tensors: dict):
         return {str(k): _split(v, f"{name}.{k}", tensors) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_split(v, f"{name}.{i}", tensors) for i, v in enumerate(obj)]
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    raise CheckpointError(f"state[{name!r}]={type(obj).__name__}, but should be a tensor or plain value")
+    require(obj is None or isinstance(obj, (bool, int, float, str)),
+            f"state[{name!r}]={type(obj).__name__}, but should be a tensor or plain value")
+    return obj
 
 
 def _join(obj, tensors: dict, used: set):
@@ -56,9 +62,7 @@ def _join(obj, tensors: dict, used: set):
             used.add(obj["tensor"])
             return tensors[obj["tensor"]]
         return {k: _join(v, tensors, used) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_join(v, tensors, used) for v in obj]
-    return obj
+    return [_join(v, tensors, used) for v in obj] if isinstance(obj, list) else obj
 
 
 def _checksum(meta: dict) -> str:
@@ -72,10 +76,8 @@ def encode(state: dict) -> tuple[bytes, bytes]:
     tensors: dict = {}
     plain = _split(state, "state", tensors)
     blob = dump_tensors(tensors)
-    layout = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
-              for k, v in tensors.items()}
     meta = {"schema_version": SCHEMA_VERSION, "format": FORMAT,
-            "sha256": {TENSORS: hashlib.sha256(blob).hexdigest()}, "tensors": layout, "state": plain}
+            "sha256": {TENSORS: hashlib.sha256(blob).hexdigest()}, "state": plain}
     try:
         meta["checksum"] = _checksum(meta)
         return json.dumps(meta, allow_nan=False, indent=1).encode(), blob
@@ -83,48 +85,33 @@ def encode(state: dict) -> tuple[bytes, bytes]:
         raise CheckpointError(f"state={error}, but should hold only finite numbers") from error
 
 
-def _parse_meta(raw: bytes) -> dict:
+def decode(raw_meta: bytes, blob: bytes) -> dict:
+    """The validated state stored in ``(meta.json bytes, safetensors bytes)``."""
     def reject(name):
         raise ValueError(f"{name} is not a finite number")
     try:
-        meta = json.loads(raw.decode("utf-8"), parse_constant=reject)
+        meta = json.loads(raw_meta.decode("utf-8"), parse_constant=reject)
+        checksum = _checksum(meta) if isinstance(meta, dict) else None
     except (ValueError, RecursionError) as error:
         raise CheckpointError(f"{META} unreadable ({error}), but should be valid JSON") from None
-    if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
-        got = meta.get("schema_version") if isinstance(meta, dict) else type(meta).__name__
-        raise CheckpointError(f"schema_version={got!r}, but should be {SCHEMA_VERSION}")
-    if set(meta) != META_KEYS or meta["format"] != FORMAT or not isinstance(meta["sha256"], dict):
-        raise CheckpointError(f"{META} keys={sorted(meta)}, format={meta.get('format')!r}, "
-                              f"but should be {sorted(META_KEYS)}, {FORMAT!r}")
-    try:
-        checksum = _checksum(meta)
-    except (ValueError, RecursionError) as error:
-        raise CheckpointError(f"{META} state unreadable ({error})") from None
-    if meta["checksum"] != checksum:
-        raise CheckpointError(f"{META} checksum={meta['checksum']!r:.80}, but should be {checksum} "
-                              "(the file was changed after it was written)")
-    return meta
-
-
-def decode(raw_meta: bytes, blob: bytes) -> dict:
-    """The validated state stored in ``(meta.json bytes, safetensors bytes)``."""
-    meta = _parse_meta(raw_meta)
+    require(isinstance(meta, dict) and meta.get("schema_version") == SCHEMA_VERSION,
+            f"schema_version={meta.get('schema_version') if isinstance(meta, dict) else meta!r:.40}, "
+            f"but should be {SCHEMA_VERSION}")
+    require(set(meta) == META_KEYS and meta["format"] == FORMAT and isinstance(meta["sha256"], dict),
+            f"{META} keys={sorted(meta)}, format={meta.get('format')!r:.40}, but should be "
+            f"{sorted(META_KEYS)}, {FORMAT!r}")
+    require(meta["checksum"] == checksum, f"{META} checksum={meta['checksum']!r:.80}, but should be "
+            f"{checksum} (the file was changed after it was written)")
     digest, want = hashlib.sha256(blob).hexdigest(), meta["sha256"].get(TENSORS)
-    if digest != want:
-        raise CheckpointError(f"sha256({TENSORS})={digest}, but should be {want!r:.80}")
+    require(digest == want, f"sha256({TENSORS})={digest}, but should be {want!r:.80}")
     try:
         tensors = load_tensors(blob)
     except Exception as error:  # safetensors reports a bad header with its own error type
         raise CheckpointError(f"{TENSORS} unreadable ({error}), but should be a safetensors file") from None
-    got = {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
-           for k, v in tensors.items()}
-    if got != meta["tensors"]:
-        raise CheckpointError(f"tensors={got}, but should be {meta['tensors']!r:.400}")
     used: set = set()
     try:
         state = _join(meta["state"], tensors, used)
     except (KeyError, TypeError, RecursionError) as error:
         raise CheckpointError(f"tensor {error!r:.80} is referenced, but should be in {TENSORS}") from None
-    if used != set(tensors):
-        raise CheckpointError(f"unused tensors={sorted(set(tensors) - used)}, but should be none")
+    require(used == set(tensors), f"unused tensors={sorted(set(tensors) - used)}, but should be none")
     return state

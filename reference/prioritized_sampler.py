@@ -20,6 +20,8 @@ Contract
 * ``update_priority`` ignores entries whose ``generation`` differs from the
   slot's ``current_generation`` (the slot was overwritten since it was
   sampled) and rejects slots that were never written.
+* The state is the parameters, ``max_priority`` and the sum tree's leaves;
+  the min tree follows from them and is rebuilt on load.
 
 Cost: ``on_write`` / ``update_priority`` O(k log capacity) for k slots,
 ``sample`` O(B log capacity); memory O(capacity) for the two trees.
@@ -31,63 +33,20 @@ import math
 
 import torch
 
-from .random_sampler import check_batch_size, check_not_empty
-from .storage import as_tensor, check_index
+from .arguments import check_generation, check_index, check_int, check_number, check_priority
+from .random_sampler import check_not_empty
 from .sum_tree import MinTree, SumTree
 
-
-def check_param(name: str, value, high: float = math.inf) -> float:
-    """``alpha`` / ``eps`` (``>= 0``) or ``beta`` (``high=1``) as a float, else ValueError."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or not 0 <= value <= high:
-        allowed = "a finite number >= 0" if high == math.inf else f"a number in [0, {high}]"
-        raise ValueError(f"{name}={value!r}, but should be {allowed}")
-    return float(value)
-
-
-def check_priority(priority, n: int, device="cpu") -> torch.Tensor:
-    """Raw priorities as float64[n] on ``device``; ValueError on a wrong shape, dtype or value."""
-    priority = as_tensor(priority, "priority").detach()
-    if priority.is_complex() or priority.dtype == torch.bool:
-        raise ValueError(f"priority.dtype={priority.dtype}, but should be a real number dtype")
-    priority = priority.to(device, torch.float64)
-    if tuple(priority.shape) != (n,):
-        raise ValueError(f"priority.shape={tuple(priority.shape)}, but should be ({n},)")
-    bad = ~torch.isfinite(priority) | (priority < 0)
-    if bool(bad.any()):  # Reverb's rule: NaN, inf and negative are refused, zero is allowed
-        raise ValueError(f"priority={priority[bad][:5].tolist()}, but should be finite and >= 0")
-    return priority
-
-
-def check_generation(index: torch.Tensor, generation, current) -> torch.Tensor | None:
-    """The mask of entries to apply (None: all), after checking ``generation`` and that
-    every slot was written (``current >= 0``)."""
-    if current is None:
-        return None
-    current = torch.as_tensor(current)
-    if current.shape != index.shape:
-        raise ValueError(f"current_generation.shape={tuple(current.shape)}, but should be {tuple(index.shape)}")
-    if bool((current < 0).any()):
-        raise ValueError(f"index={index[current.to(index.device) < 0][:5].tolist()}, "
-                         f"but should be slots already written")
-    if generation is None:
-        return None
-    generation = as_tensor(generation, "generation")
-    if generation.is_floating_point() or generation.is_complex() or generation.dtype == torch.bool:
-        raise ValueError(f"generation.dtype={generation.dtype}, but should be an integer dtype")
-    if generation.shape != index.shape:
-        raise ValueError(f"generation.shape={tuple(generation.shape)}, but should be {tuple(index.shape)}")
-    return generation.to(current.device, current.dtype) == current
-
+__all__ = ["PrioritizedSampler", "check_generation", "check_priority"]
 
 class PrioritizedSampler:
     """Sum tree + min tree over ``capacity`` slots (see module doc)."""
 
     def __init__(self, capacity: int, alpha: float, beta: float, eps: float = 1e-8):
         self.capacity = capacity
-        self.alpha = check_param("alpha", alpha)
-        self.beta = check_param("beta", beta, high=1.0)
-        self.eps = check_param("eps", eps)
+        self.alpha = check_number("alpha", alpha)
+        self.beta = check_number("beta", beta, high=1.0)
+        self.eps = check_number("eps", eps)
         self.sum_tree = SumTree(capacity)
         self.min_tree = MinTree(capacity)  # holds +inf for zero leaves: they are never sampled
         self.max_priority = 1.0
@@ -129,7 +88,7 @@ class PrioritizedSampler:
 
     def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
         """``{"index": int64[B], "weight": float32[B]}``; ``cursor`` is unused."""
-        check_batch_size(batch_size)
+        check_int("batch_size", batch_size)
         check_not_empty(storage)
         total = self.sum_tree.total()
         if not total > 0:
@@ -143,30 +102,21 @@ class PrioritizedSampler:
         return {"index": index, "weight": weight.to(torch.float32)}
 
     def state_dict(self) -> dict:
-        return {
-            "type": "PrioritizedSampler",
-            "alpha": self.alpha,
-            "beta": self.beta,
-            "eps": self.eps,
-            "max_priority": self.max_priority,
-            "sum_tree": self.sum_tree.state_dict(),
-            "min_tree": self.min_tree.state_dict(),
-        }
+        return {"type": "PrioritizedSampler", "alpha": self.alpha, "beta": self.beta, "eps": self.eps,
+                "max_priority": self.max_priority, "sum_tree": self.sum_tree.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Replace params, trees and max priority; ValueError before any change if invalid."""
         if state.get("type") != "PrioritizedSampler":
             raise ValueError(f"sampler type={state.get('type')!r}, but should be 'PrioritizedSampler'")
-        alpha, eps = check_param("alpha", state["alpha"]), check_param("eps", state["eps"])
-        beta = check_param("beta", state["beta"], high=1.0)
+        alpha, eps = check_number("alpha", state["alpha"]), check_number("eps", state["eps"])
+        beta = check_number("beta", state["beta"], high=1.0)
         max_priority = state["max_priority"]
         if not isinstance(max_priority, float) or not math.isfinite(max_priority) or max_priority < 0:
             raise ValueError(f"max_priority={max_priority!r}, but should be a finite float >= 0")
         sum_tree, min_tree = SumTree(self.capacity), MinTree(self.capacity)
         sum_tree.load_state_dict(state["sum_tree"])
-        min_tree.load_state_dict(state["min_tree"])
-        leaf = sum_tree.leaf(torch.arange(self.capacity))
-        if not torch.equal(torch.where(leaf > 0, leaf, math.inf), min_tree.leaf(torch.arange(self.capacity))):
-            raise ValueError("min_tree leaves, but should be the sum_tree leaves (+inf for 0)")
+        leaves = sum_tree.leaf(torch.arange(self.capacity))
+        min_tree.update(torch.arange(self.capacity), torch.where(leaves > 0, leaves, math.inf))
         self.alpha, self.beta, self.eps, self.max_priority = alpha, beta, eps, max_priority
         self.sum_tree, self.min_tree = sum_tree, min_tree

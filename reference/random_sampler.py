@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import check_int
+
 
 def check_batch_size(batch_size) -> None:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r}, but should be an int >= 1")
+    check_int("batch_size", batch_size)
 
 
 def check_not_empty(storage) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import check_int
 from .random_sampler import check_batch_size, check_not_empty
 
 
@@ -45,8 +46,8 @@ class SliceSampler:
                 f"num_slices={num_slices!r}, slice_len={slice_len!r}, but should be exactly one set"
             )
         for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name}={value!r}, but should be an int >= 1")
+            if value is not None:
+                check_int(name, value)
         for name, value in (("episode_key", episode_key), ("done_key", done_key)):
             if not (_is_key(value) or (name == "done_key" and value is None)):
                 raise ValueError(f"{name}={value!r}, but should be a str or a tuple of str (a nested key)")

@@ -21,41 +21,9 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-#: Device types whose tensors can be read (copied) by the buffer.
-READABLE_DEVICES = ("cpu", "cuda")
+from .arguments import READABLE_DEVICES, as_tensor, check_index, check_int, last_occurrence
 
-
-def as_tensor(value, name: str) -> torch.Tensor:
-    """``value`` as a tensor on a readable device, or ValueError naming ``name``."""
-    try:
-        tensor = torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise ValueError(f"{name}={value!r:.80}, but should be a tensor of numbers ({error})") from None
-    if tensor.device.type not in READABLE_DEVICES:
-        raise ValueError(f"{name}.device={tensor.device}, but should be one of {READABLE_DEVICES}")
-    return tensor
-
-
-def check_index(index, high: int, name: str = "index") -> torch.Tensor:
-    """Return ``index`` as a 1-D int64 CPU tensor after checking ``0 <= index < high``."""
-    index = as_tensor(index, name)
-    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
-        raise ValueError(f"{name}.dtype={index.dtype}, but should be an integer dtype")
-    if index.dim() != 1:
-        raise ValueError(f"{name}.shape={tuple(index.shape)}, but should be 1-D")
-    index = index.long().cpu()
-    bad = index[(index < 0) | (index >= high)]
-    if bad.numel():
-        raise ValueError(f"{name}={bad[:5].tolist()}, but should be in [0, {high})")
-    return index
-
-
-def last_occurrence(index: torch.Tensor, high: int) -> torch.Tensor:
-    """Boolean mask keeping only the last occurrence of each value of ``index``."""
-    position = torch.arange(len(index))
-    last = torch.full((high,), -1, dtype=torch.long)
-    last.scatter_reduce_(0, index, position, reduce="amax")
-    return last[index] == position
+__all__ = ["TensorStorage", "as_tensor", "check_index", "columns", "last_occurrence"]
 
 
 def columns(data: TensorDictBase) -> dict[tuple[str, ...], torch.Tensor]:
@@ -73,9 +41,7 @@ class TensorStorage:
     """Rows of a TensorDict in ``capacity`` preallocated slots (see module doc)."""
 
     def __init__(self, capacity: int, device: str | torch.device = "cpu"):
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ValueError(f"capacity={capacity!r}, but should be an int >= 1")
-        self.capacity = capacity
+        self.capacity = check_int("capacity", capacity)
         self.device = torch.device(device)
         self.data: TensorDictBase | None = None  # full-capacity TensorDict once allocated
         self.size = 0
@@ -85,9 +51,7 @@ class TensorStorage:
 
     def layout(self) -> dict[tuple[str, ...], tuple[tuple[int, ...], torch.dtype]]:
         """``{key: (row shape, dtype)}`` of the allocated storage ({} before the first write)."""
-        if self.data is None:
-            return {}
-        return {k: (tuple(v.shape[1:]), v.dtype) for k, v in columns(self.data).items()}
+        return {} if self.data is None else layout_of(self.data)
 
     def check(self, data: TensorDictBase) -> None:
         """Raise ValueError unless ``data`` is a batch ``[n]`` matching the layout."""
@@ -101,15 +65,12 @@ class TensorStorage:
         for key, value in cols.items():
             if value.device.type not in {*READABLE_DEVICES, self.device.type}:
                 raise ValueError(f"data[{key}].device={value.device}, but should be cpu or {self.device}")
-        got = {k: (tuple(v.shape[1:]), v.dtype) for k, v in cols.items()}
-        want = self.layout()
+        got, want = layout_of(data), self.layout()
         if want and set(got) != set(want):
             raise ValueError(f"data keys={sorted(got)}, but should be {sorted(want)}")
-        for key, (shape, dtype) in want.items():
-            if got[key] != (shape, dtype):
-                raise ValueError(
-                    f"data[{key}] row shape, dtype={got[key]}, but should be {(shape, dtype)}"
-                )
+        wrong = [key for key in want if got[key] != want[key]]
+        if wrong:
+            raise ValueError(f"data[{wrong[0]}] row shape, dtype={got[wrong[0]]}, but should be {want[wrong[0]]}")
 
     def set(self, index, data: TensorDictBase) -> None:
         """Write the rows of ``data`` into the slots ``index`` (last row wins on repeats)."""
@@ -135,40 +96,30 @@ class TensorStorage:
     def state_dict(self) -> dict:
         """Plain values plus tensors: ``keys`` (lists of str) match ``columns`` one to one."""
         cols = columns(self.data) if self.data is not None else {}
-        return {
-            "capacity": self.capacity,
-            "size": self.size,
-            "keys": [list(k) for k in cols],
-            "columns": [v.clone() for v in cols.values()],
-        }
+        return {"size": self.size, "keys": [list(k) for k in cols], "columns": [v.clone() for v in cols.values()]}
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the contents; raises ValueError (before changing anything) on a mismatch."""
-        if state["capacity"] != self.capacity:
-            raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
-        size = state["size"]
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= self.capacity:
-            raise ValueError(f"size={size!r}, but should be an int in [0, {self.capacity}]")
-        keys = [tuple(k) for k in state["keys"]]
-        if not all(k and all(isinstance(part, str) and part for part in k) for k in keys):
-            raise ValueError(f"keys={keys!r:.200}, but should be lists of non-empty strings")
-        if len(set(keys)) != len(keys) or any(k[:i] in keys for k in keys for i in range(1, len(k))):
-            raise ValueError(f"keys={keys!r:.200}, but should be distinct leaves (no key inside another)")
-        if not keys and size:
-            raise ValueError(f"size={size} with no columns, but should be 0")
-        if len(keys) != len(state["columns"]):
-            raise ValueError(f"len(columns)={len(state['columns'])}, but should be {len(keys)}")
-        got = {}
-        for key, value in zip(keys, state["columns"], strict=True):
+        size = check_int("size", state["size"], 0, self.capacity + 1)
+        keys, values = [tuple(k) for k in state["keys"]], state["columns"]
+        if len(keys) != len(values) or (not keys and size):
+            raise ValueError(f"{len(values)} columns for keys={keys!r:.200} and size={size}, but "
+                             f"should be one per key (and size 0 without any)")
+        data = TensorDict({}, batch_size=[self.capacity], device=self.device) if keys else None
+        for key, value in zip(keys, values, strict=True):
             if not isinstance(value, torch.Tensor) or value.shape[:1] != (self.capacity,):
                 shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                 raise ValueError(f"{key}.shape={shape}, but should start with {self.capacity}")
-            got[key] = (tuple(value.shape[1:]), value.dtype)
-        if self.data is not None and got != self.layout():
-            raise ValueError(f"field layout={got}, but should be {self.layout()}")
-        data = None
-        if keys:
-            data = TensorDict({}, batch_size=[self.capacity], device=self.device)
-            for key, value in zip(keys, state["columns"], strict=True):
-                data.set(key, value.to(self.device).clone())
+            if not (key and all(isinstance(part, str) and part for part in key)):
+                raise ValueError(f"key={key!r:.100}, but should be a list of non-empty strings")
+            if keys.count(key) > 1 or any(key[:i] in keys for i in range(1, len(key))):
+                raise ValueError(f"keys={keys!r:.200}, but should be distinct leaves (no key inside another)")
+            data.set(key, value.to(self.device).clone())
+        if self.data is not None and data is not None and layout_of(data) != self.layout():
+            raise ValueError(f"field layout={layout_of(data)}, but should be {self.layout()}")
         self.data, self.size = data, size
+
+
+def layout_of(data: TensorDictBase) -> dict[tuple[str, ...], tuple[tuple[int, ...], torch.dtype]]:
+    """``{key: (row shape, dtype)}`` of a TensorDict of rows."""
+    return {k: (tuple(v.shape[1:]), v.dtype) for k, v in columns(data).items()}

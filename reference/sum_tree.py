@@ -16,6 +16,7 @@ Contract
   exactly this arithmetic so that the same masses give the same leaves.
   A leaf holding 0 is never reached while the total is positive and
   ``mass >= 0``.
+* The state is the leaves alone; the inner nodes are rebuilt on load.
 
 Cost: ``update`` O(k log capacity) for k indices, ``find_prefix``
 O(B log capacity) for B masses, ``total``/``min`` O(1); memory 2 * size floats.
@@ -25,21 +26,16 @@ from __future__ import annotations
 
 import torch
 
-from .storage import check_index, last_occurrence
+from .arguments import check_index, check_int, last_occurrence
 
 
 class _Tree:
     empty = 0.0  # value of an unused leaf
 
     def __init__(self, capacity: int):
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ValueError(f"capacity={capacity!r}, but should be an int >= 1")
-        self.capacity = capacity
+        self.capacity = check_int("capacity", capacity)
         self.size = 1 << (capacity - 1).bit_length()  # next power of two
         self.nodes = torch.full((2 * self.size,), self.empty, dtype=torch.float64)
-
-    def combine(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
 
     def update(self, index, value) -> None:
         """Set leaves ``index`` to ``value`` (same shape) and refresh their ancestors."""
@@ -61,32 +57,23 @@ class _Tree:
         return self.nodes[self.size + check_index(index, self.capacity)]
 
     def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "nodes": self.nodes.clone()}
-
-    def valid_leaf(self, leaf: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        return {"leaves": self.nodes[self.size:self.size + self.capacity].clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Replace the nodes; ValueError (nothing changed) unless they are a consistent tree."""
-        nodes = state["nodes"]
-        if state["capacity"] != self.capacity:
-            raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
-        if not isinstance(nodes, torch.Tensor) or nodes.dtype != torch.float64 \
-                or tuple(nodes.shape) != (2 * self.size,):
-            got = f"{nodes.dtype}{list(nodes.shape)}" if isinstance(nodes, torch.Tensor) else type(nodes).__name__
-            raise ValueError(f"nodes={got}, but should be torch.float64[{2 * self.size}]")
-        nodes = nodes.to("cpu", copy=True)
-        leaves = nodes[self.size:]
-        if not (self.valid_leaf(leaves[: self.capacity]).all() and (leaves[self.capacity:] == self.empty).all()):
-            raise ValueError(f"{type(self).__name__} leaves hold invalid values, but should be "
-                             f"finite >= 0 (unused leaves {self.empty})")
-        rebuilt = torch.cat([torch.zeros(self.size, dtype=torch.float64), leaves])
-        for level in range(self.size.bit_length() - 2, -1, -1):  # rebuild each level from its children
+        """Rebuild the tree from the leaves; ValueError (nothing changed) if invalid."""
+        leaves = state["leaves"]
+        if not isinstance(leaves, torch.Tensor) or leaves.dtype != torch.float64 \
+                or tuple(leaves.shape) != (self.capacity,):
+            got = f"{leaves.dtype}{list(leaves.shape)}" if isinstance(leaves, torch.Tensor) else type(leaves).__name__
+            raise ValueError(f"leaves={got}, but should be torch.float64[{self.capacity}]")
+        if not self.valid_leaf(leaves).all():
+            raise ValueError(f"{type(self).__name__} leaves={leaves[~self.valid_leaf(leaves)][:5].tolist()}, "
+                             f"but should be finite and >= 0")
+        nodes = torch.full((2 * self.size,), self.empty, dtype=torch.float64)
+        nodes[self.size:self.size + self.capacity] = leaves.cpu()
+        for level in range(self.size.bit_length() - 2, -1, -1):  # each level from its children
             parent = torch.arange(1 << level, 2 << level)
-            rebuilt[parent] = self.combine(rebuilt[2 * parent], rebuilt[2 * parent + 1])
-        if not torch.equal(rebuilt[1:], nodes[1:]):
-            raise ValueError(f"{type(self).__name__} inner nodes, but should be the "
-                             f"{type(self).__name__} of their children")
+            nodes[parent] = self.combine(nodes[2 * parent], nodes[2 * parent + 1])
         self.nodes = nodes
 
 

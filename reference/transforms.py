@@ -41,6 +41,3 @@ class Compose(Transform):
         for t in self.transforms:
             td = t(td)
         return td
-
-    def __repr__(self) -> str:
-        return f"Compose({', '.join(map(repr, self.transforms))})"

@@ -10,6 +10,8 @@ Contract
   generation of a sampled slot can tell whether it was overwritten since.
 * ``next_indices(n)`` returns the ``n`` slots for the next ``n`` rows and
   advances; when ``n > capacity`` slots repeat and the later rows win.
+* The state is the write count alone: cursor and generations follow from it
+  (``ring_generation``), so a checkpoint cannot hold inconsistent ones.
 
 Cost: ``next_indices`` is O(n); memory O(capacity) for ``generation``.
 """
@@ -18,23 +20,21 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import check_int
+
 
 class RoundRobinWriter:
     """Ring cursor, write count and per-slot write generation (see module doc)."""
 
     def __init__(self, capacity: int):
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ValueError(f"capacity={capacity!r}, but should be an int >= 1")
-        self.capacity = capacity
+        self.capacity = check_int("capacity", capacity)
         self.cursor = 0
         self.write_count = 0
         self.generation = torch.full((capacity,), -1, dtype=torch.long)
 
     def next_indices(self, n: int) -> torch.Tensor:
         """Slots for the next ``n`` rows (int64, in write order); advances the cursor."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n={n!r}, but should be an int >= 1")
-        rows = self.write_count + torch.arange(n)  # life-time row numbers
+        rows = self.write_count + torch.arange(check_int("n", n))  # life-time row numbers
         index = rows % self.capacity
         last = slice(max(n - self.capacity, 0), n)  # the rows that survive this write
         self.generation[index[last]] = rows[last]
@@ -43,33 +43,13 @@ class RoundRobinWriter:
         return index
 
     def state_dict(self) -> dict:
-        return {
-            "capacity": self.capacity,
-            "cursor": self.cursor,
-            "write_count": self.write_count,
-            "generation": self.generation.clone(),
-        }
+        return {"write_count": self.write_count}
 
     def load_state_dict(self, state: dict) -> None:
-        """Replace the state; raises ValueError (before changing anything) if inconsistent."""
-        capacity, count = state["capacity"], state["write_count"]
-        generation = state["generation"]
-        if capacity != self.capacity:
-            raise ValueError(f"capacity={capacity}, but should be {self.capacity}")
-        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**62:
-            raise ValueError(f"write_count={count!r}, but should be an int in [0, 2**62)")
-        if state["cursor"] != count % capacity:
-            raise ValueError(f"cursor={state['cursor']!r}, but should be write_count % capacity")
-        if not isinstance(generation, torch.Tensor) or generation.dtype != torch.long \
-                or tuple(generation.shape) != (capacity,):
-            got = f"{generation.dtype}{list(generation.shape)}" if isinstance(generation, torch.Tensor) \
-                else type(generation).__name__
-            raise ValueError(f"generation={got}, but should be torch.int64[{capacity}]")
-        if not torch.equal(generation.cpu(), expected_generation(count, capacity)):
-            raise ValueError(f"generation={generation.tolist()[:5]}..., but should be the "
-                             f"round-robin generations after write_count={count}")
-        self.write_count, self.cursor = count, count % capacity
-        self.generation = generation.clone()
+        """Replace the state; raises ValueError (before changing anything) if invalid."""
+        count = check_int("write_count", state["write_count"], 0, 2**62)
+        self.generation = expected_generation(count, self.capacity)
+        self.write_count, self.cursor = count, count % self.capacity
 
 
 def expected_generation(write_count: int, capacity: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """A user's own replay buffer wired into rbcheck in about 50 lines.
 
-Run the conformance suite on it with
-``pytest rbcheck/conformance --impl rbcheck.harness.examples.list_buffer:adapter``.
+Run the conformance suite on it with ``rbcheck validate example`` (its
+built-in name) or ``rbcheck validate rbcheck.harness.examples.list_buffer:adapter``.
 It declares only "random": every other property is skipped with the reason.
 """
 

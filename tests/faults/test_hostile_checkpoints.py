@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from rbcheck.reference import CheckpointError, PrioritizedSampler, ReplayBuffer, checkpoint
+from rbcheck.reference import CheckpointError, PrioritizedSampler, ReplayBuffer, checkpoint, checkpoint_format
 
 from ..unit.test_buffer import same
 
@@ -280,7 +280,7 @@ def test_missing_extra_and_wrong_version(pristine, tmp_path, damage, monkeypatch
     elif damage == "CURRENT_missing":
         (path / "CURRENT").unlink()
     elif damage == "schema_version_2":
-        meta["schema_version"] = 2
+        meta["schema_version"] = checkpoint_format.SCHEMA_VERSION + 1
         meta["checksum"] = checkpoint._checksum(meta)
     elif damage == "unused_tensor":  # a tensor nobody refers to: the state was edited
         meta["state"]["storage"]["columns"].pop()

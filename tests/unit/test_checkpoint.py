@@ -82,10 +82,17 @@ def test_meta_is_plain_json_and_nothing_is_pickled(saved, monkeypatch):
             return all(map(plain, x))
         return x is None or isinstance(x, (bool, int, float, str))
 
-    assert plain(meta) and meta["schema_version"] == 1
+    assert plain(meta) and meta["schema_version"] == 2
+    # only what cannot be derived: no generations, no inner nodes, no min tree
+    assert meta["state"]["writer"] == {"write_count": meta["state"]["writer"]["write_count"]}
+    assert set(meta["state"]["sampler"]) == {"type", "alpha", "beta", "eps", "max_priority", "sum_tree"}
+    assert set(meta["state"]["sampler"]["sum_tree"]) == {"leaves"}
     assert meta["state"]["sampler"]["max_priority"] == 3.0
     for file in [path / "CURRENT", *current(path).iterdir()]:
         raw = file.read_bytes()
+        if file.name == "tensors.safetensors":  # 8 bytes of header length (any value), then JSON
+            raw = raw[8:]
+            assert raw.startswith(b"{"), raw[:20]
         assert not raw.startswith(b"\x80") and b"PK\x03\x04" not in raw  # pickle / torch.save zip
         assert b"\x80\x02" not in raw[:2] and pickle.PROTO[0:1] not in raw[:1]
     raw = (current(path) / "tensors.safetensors").read_bytes()
@@ -173,7 +180,7 @@ def edit_meta(**changes):
     "damage, message",
     [
         (corrupt_tensors, r"sha256\(tensors.safetensors\)=.*, but should be"),
-        (edit_meta(schema_version=2), "schema_version=2, but should be 1"),
+        (edit_meta(schema_version=1), "schema_version=1, but should be 2"),
         (lambda p: (current(p) / "meta.json").write_text("{not json"), "meta.json unreadable"),
         (lambda p: (p / "CURRENT").unlink(), "has no CURRENT file"),
         (lambda p: (p / "CURRENT").write_text("../elsewhere"), "CURRENT='../elsewhere', but should name"),

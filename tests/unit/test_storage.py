@@ -97,5 +97,5 @@ def test_state_dict_round_trip_and_layout_validation():
     with pytest.raises(ValueError, match="field layout="):
         other.load_state_dict(state)
     assert other.data["x"].tolist() == [1.0, 0.0, 0.0] and len(other) == 1
-    with pytest.raises(ValueError, match="capacity=3, but should be 5"):
+    with pytest.raises(ValueError, match=r"\('obs',\).shape=\(3,\), but should start with 5"):
         TensorStorage(5).load_state_dict(state)

@@ -107,5 +107,9 @@ def test_state_dict_round_trip(tree):
     other = SumTree(5)
     other.load_state_dict(tree.state_dict())
     assert torch.equal(other.nodes, tree.nodes)
-    with pytest.raises(ValueError, match="capacity=5, but should be 6"):
+    assert set(tree.state_dict()) == {"leaves"}  # the inner nodes are rebuilt
+    with pytest.raises(ValueError, match=r"leaves=torch.float64\[5\], but should be torch.float64\[6\]"):
         SumTree(6).load_state_dict(tree.state_dict())
+    with pytest.raises(ValueError, match=r"leaves=\[-1.0\], but should be finite and >= 0"):
+        other.load_state_dict({"leaves": torch.tensor([1.0, -1.0, 0, 0, 0], dtype=torch.float64)})
+    assert torch.equal(other.nodes, tree.nodes)

@@ -152,7 +152,7 @@ def _invalid(component: str, state: dict) -> dict:
     if component == "DeviceStorage":
         state["columns"] = [c[:, None] if i == 0 else c for i, c in enumerate(state["columns"])]
     elif component == "DeviceWriter":
-        state["cursor"] = (state["cursor"] + 1) % state["capacity"]
+        state["write_count"] = -1
     elif component.startswith("PrioritizedSampler"):
         state["max_priority"] = -1.0
     elif component == "SliceSampler":

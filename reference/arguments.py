@@ -1,0 +1,108 @@
+"""Argument checks shared by every component.
+
+Contract: each check returns the value in the form the caller uses, or raises
+``ValueError("<name>=<got>, but should be <allowed>")`` before anything changes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: Device types whose tensors can be read (copied) by the buffer.
+READABLE_DEVICES = ("cpu", "cuda")
+
+
+def check_int(name: str, value, low: int = 1, high: int | None = None) -> int:
+    """An int (not a bool) in ``[low, high)`` (no upper bound when ``high`` is None)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value >= high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high})"
+        raise ValueError(f"{name}={value!r}, but should be an int {allowed}")
+    return value
+
+
+def check_number(name: str, value, high: float = math.inf) -> float:
+    """A finite number in ``[0, high]`` as a float (``alpha``, ``eps``; ``beta`` with ``high=1``)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or not 0 <= value <= high:
+        allowed = "a finite number >= 0" if high == math.inf else f"a number in [0, {high}]"
+        raise ValueError(f"{name}={value!r}, but should be {allowed}")
+    return float(value)
+
+
+def as_tensor(value, name: str) -> torch.Tensor:
+    """``value`` as a tensor on a readable device."""
+    try:
+        tensor = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"{name}={value!r:.80}, but should be a tensor of numbers ({error})") from None
+    if tensor.device.type not in READABLE_DEVICES:
+        raise ValueError(f"{name}.device={tensor.device}, but should be one of {READABLE_DEVICES}")
+    return tensor
+
+
+def check_index(index, high: int, name: str = "index") -> torch.Tensor:
+    """``index`` as a 1-D int64 CPU tensor with ``0 <= index < high``."""
+    index = as_tensor(index, name)
+    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+        raise ValueError(f"{name}.dtype={index.dtype}, but should be an integer dtype")
+    if index.dim() != 1:
+        raise ValueError(f"{name}.shape={tuple(index.shape)}, but should be 1-D")
+    index = index.long().cpu()
+    bad = index[(index < 0) | (index >= high)]
+    if bad.numel():
+        raise ValueError(f"{name}={bad[:5].tolist()}, but should be in [0, {high})")
+    return index
+
+
+def check_priority(priority, n: int, device="cpu") -> torch.Tensor:
+    """Raw priorities as float64[n] on ``device``; ValueError on a wrong shape, dtype or value."""
+    priority = as_tensor(priority, "priority").detach()
+    if priority.is_complex() or priority.dtype == torch.bool:
+        raise ValueError(f"priority.dtype={priority.dtype}, but should be a real number dtype")
+    priority = priority.to(device, torch.float64)
+    if tuple(priority.shape) != (n,):
+        raise ValueError(f"priority.shape={tuple(priority.shape)}, but should be ({n},)")
+    bad = ~torch.isfinite(priority) | (priority < 0)
+    if bool(bad.any()):  # Reverb's rule: NaN, inf and negative are refused, zero is allowed
+        raise ValueError(f"priority={priority[bad][:5].tolist()}, but should be finite and >= 0")
+    return priority
+
+
+def check_generation(index: torch.Tensor, generation, current) -> torch.Tensor | None:
+    """The mask of entries to apply (None: all), after checking ``generation`` and that
+    every slot was written (``current >= 0``)."""
+    if current is None:
+        return None
+    current = torch.as_tensor(current)
+    if bool((current < 0).any()):
+        raise ValueError(f"index={index[current.to(index.device) < 0][:5].tolist()}, "
+                         f"but should be slots already written")
+    if generation is None:
+        return None
+    generation = as_tensor(generation, "generation")
+    if generation.is_floating_point() or generation.is_complex() or generation.dtype == torch.bool:
+        raise ValueError(f"generation.dtype={generation.dtype}, but should be an integer dtype")
+    if generation.shape != index.shape:
+        raise ValueError(f"generation.shape={tuple(generation.shape)}, but should be {tuple(index.shape)}")
+    return generation.to(current.device, current.dtype) == current
+
+
+def last_occurrence(index: torch.Tensor, high: int) -> torch.Tensor:
+    """Boolean mask keeping only the last occurrence of each value of ``index``."""
+    position = torch.arange(len(index))
+    last = torch.full((high,), -1, dtype=torch.long)
+    last.scatter_reduce_(0, index, position, reduce="amax")
+    return last[index] == position
+
+
+def as_generator(generator) -> torch.Generator:
+    """An int seeds a new Generator; None gives one with torch's default seed."""
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        return torch.Generator().manual_seed(generator)
+    if generator is None:
+        return torch.Generator()
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator={generator!r}, but should be None, an int seed or a torch.Generator")
+    return generator

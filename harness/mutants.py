@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -598,6 +599,9 @@ class Mutant:
     bug: str  # the bug class it plants
     files: tuple[str, ...]  # conformance files to run (relative to rbcheck/conformance)
     targets: tuple[str, ...]  # test function names; at least one must fail
+    #: the adapter that must pass the same targets (the control): "reference",
+    #: or a factory of this module for a mutant declaring conventions
+    control: str = "reference"
 
 
 MUTANTS = (
@@ -644,7 +648,7 @@ MUTANTS = (
         "weights_normalised_over_batch",
         "weights normalised over the batch instead of the buffer",
         ("test_sampling_distributions.py",),
-        ("test_weights_are_normalised_over_the_buffer_not_the_batch",),
+        ("test_weights_are_normalised_as_declared",),
     ),
     Mutant(
         "update_applied_to_overwritten_slot",
@@ -810,4 +814,197 @@ MUTANTS = (
     ),
 )
 
-__all__ = ["MUTANTS", "Mutant", *[m.factory for m in MUTANTS]]
+
+
+
+# --------------------------------------------------------------------------
+# 8. number types and declared conventions (issues 10.2 and 11.2)
+#
+# A buffer with float32 trees declares Conventions(priority_dtype=float32) and
+# must pass (float32_tree, the control); declaring a convention must never
+# hide a violation of the invariant it qualifies (the mutants below declare
+# one and still break it). Each mutant's control is float32_tree.
+# --------------------------------------------------------------------------
+
+
+from rbcheck.harness.protocol import Conventions  # noqa: E402 - this section's own import
+from rbcheck.reference.storage import check_index, last_occurrence  # noqa: E402
+from rbcheck.reference.sum_tree import MinTree, SumTree  # noqa: E402
+
+#: What the float32-tree adapters claim: no checkpoints (the reference's
+#: loader wants float64 trees) and no shared uniforms (float32 sums map
+#: masses to other slots at the boundaries, legitimately).
+FLOAT32_CAPABILITIES = frozenset(
+    {"random", "prioritized", "priority_readback", "priority_key", "stale_updates"}
+)
+FLOAT32 = Conventions(
+    priority_dtype=torch.float32,
+    notes={"priority_dtype": "float32 leaves and sums, like TorchRL's SumSegmentTreeFp32"},
+)
+
+
+class _Float32Tree:
+    """A reference tree whose nodes (leaves and partial sums/minima) are float32."""
+
+    dtype = torch.float32
+
+    def __init__(self, capacity: int):
+        super().__init__(capacity)
+        self.nodes = self.nodes.to(self.dtype)
+
+    def update(self, index, value) -> None:
+        index = check_index(index, self.capacity)
+        value = torch.as_tensor(value).to("cpu", self.dtype)
+        if len(index) == 0:
+            return
+        keep = last_occurrence(index, self.capacity)
+        self.nodes[self.size + index[keep]] = value[keep]
+        parent = torch.unique((index + self.size) // 2)
+        while parent[0] >= 1:
+            self.nodes[parent] = self.combine(self.nodes[2 * parent], self.nodes[2 * parent + 1])
+            parent = torch.unique(parent // 2)
+
+
+class Float32SumTree(_Float32Tree, SumTree):
+    pass
+
+
+class Float32MinTree(_Float32Tree, MinTree):
+    pass
+
+
+class Float32TreeSampler(PrioritizedSampler):
+    """The reference sampler with float32 trees: the priority is rounded to
+    float32 and transformed ONCE in float32 arithmetic (correct)."""
+
+    def __init__(self, capacity: int, alpha: float, beta: float, eps: float = 1e-8):
+        super().__init__(capacity, alpha, beta, eps)
+        self.sum_tree, self.min_tree = Float32SumTree(capacity), Float32MinTree(capacity)
+
+    def transform(self, raw32: torch.Tensor) -> torch.Tensor:
+        return (raw32 + self.eps) ** self.alpha
+
+    def leaf_value(self, raw32: torch.Tensor) -> torch.Tensor:
+        return self.transform(raw32)
+
+    def _store(self, index: torch.Tensor, raw: torch.Tensor) -> None:
+        raw32 = raw.to(torch.float32)
+        value = self.leaf_value(raw32)
+        self.sum_tree.update(index, value)
+        self.min_tree.update(index, torch.where(value > 0, value, torch.full_like(value, math.inf)))
+        if raw.numel():
+            self.max_priority = max(self.max_priority, float(raw32.max()))
+
+
+def _float32_adapter(name: str, sampler: type, conventions: Conventions = FLOAT32):
+    return buffer_adapter(
+        name,
+        "0",
+        ReplayBuffer,
+        FLOAT32_CAPABILITIES,
+        components=SimpleNamespace(PrioritizedSampler=sampler),
+        pin_module=None,
+        conventions=conventions,
+    )
+
+
+def float32_tree():
+    """The control (not a mutant): a correct buffer with float32 trees that
+    declares priority_dtype=float32. The suite must pass it."""
+    return _float32_adapter("float32-tree", Float32TreeSampler)
+
+
+class Float32TwiceSampler(Float32TreeSampler):
+    """float32 trees that transform a priority twice on every path, as
+    TorchRL 0.6-0.9's PrioritizedSampler did (the writer's transformed max
+    fed back through the transform)."""
+
+    def leaf_value(self, raw32: torch.Tensor) -> torch.Tensor:
+        return self.transform(self.transform(raw32))
+
+
+def float32_tree_transformed_twice():
+    return _float32_adapter("mutant-float32-tree-transformed-twice", Float32TwiceSampler)
+
+
+class BFloat16LeavesSampler(Float32TreeSampler):
+    """Declares float32 but keeps its leaves in bfloat16 (8 significant bits):
+    off by up to 2**-9 relative, far more than float32's own error."""
+
+    def leaf_value(self, raw32: torch.Tensor) -> torch.Tensor:
+        return self.transform(raw32).to(torch.bfloat16).to(torch.float32)
+
+
+def float32_declared_bfloat16_kept():
+    return _float32_adapter("mutant-float32-declared-bfloat16-kept", BFloat16LeavesSampler)
+
+
+class BatchMaxWrongSampler(Float32TreeSampler):
+    """Declares weight_normaliser="batch_max" but divides by the batch's
+    SMALLEST weight: wrong in batch_max terms too (weights >= 1)."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        out = super().sample(storage, batch_size, generator, cursor)
+        total, n = self.sum_tree.total(), len(storage)
+        w = (n * self.sum_tree.leaf(out["index"]).double() / total) ** -self.beta
+        out["weight"] = (w / w.min()).to(torch.float32)
+        return out
+
+
+def batch_max_declared_but_divided_by_batch_min():
+    return _float32_adapter(
+        "mutant-batch-max-declared-but-divided-by-batch-min",
+        BatchMaxWrongSampler,
+        Conventions(priority_dtype=torch.float32, weight_normaliser="batch_max"),
+    )
+
+
+def batch_max_control():
+    """The control for the batch_max mutant: float32 trees whose weights are
+    correctly divided by the batch's largest weight, declared as such."""
+
+    class BatchMaxSampler(Float32TreeSampler):
+        def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+            out = super().sample(storage, batch_size, generator, cursor)
+            total, n = self.sum_tree.total(), len(storage)
+            w = (n * self.sum_tree.leaf(out["index"]).double() / total) ** -self.beta
+            out["weight"] = (w / w.max()).to(torch.float32)
+            return out
+
+    return _float32_adapter(
+        "batch-max-control",
+        BatchMaxSampler,
+        Conventions(priority_dtype=torch.float32, weight_normaliser="batch_max"),
+    )
+
+
+CONVENTION_MUTANTS = (
+    Mutant(
+        "float32_tree_transformed_twice",
+        "a float32-tree buffer that transforms a priority twice (TorchRL 0.6-0.9)",
+        ("test_priority_transform.py",),
+        (
+            "test_writer_default_priority_is_transformed_once",
+            "test_updated_priority_is_transformed_once",
+            "test_priority_key_in_data_is_transformed_once",
+        ),
+        control="float32_tree",
+    ),
+    Mutant(
+        "float32_declared_bfloat16_kept",
+        "a declared float32 dtype hiding bfloat16 leaves (error far above float32's)",
+        ("test_priority_transform.py",),
+        ("test_updated_priority_is_transformed_once", "test_priority_key_in_data_is_transformed_once"),
+        control="float32_tree",
+    ),
+    Mutant(
+        "batch_max_declared_but_divided_by_batch_min",
+        "a declared batch_max normaliser hiding weights divided by the batch minimum",
+        ("test_sampling_distributions.py",),
+        ("test_weights_are_normalised_as_declared",),
+        control="batch_max_control",
+    ),
+)
+MUTANTS = (*MUTANTS, *CONVENTION_MUTANTS)
+
+__all__ = ["MUTANTS", "Mutant", *[m.factory for m in MUTANTS], "float32_tree", "batch_max_control"]

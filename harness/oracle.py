@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from rbcheck.harness.assertions import Tolerance, priority_tolerance, weight_tolerance
 from rbcheck.harness.protocol import BufferSpec, Conventions
 
 __all__ = ["PriorityOracle", "stratified_probabilities", "transform"]
@@ -155,6 +156,29 @@ class PriorityOracle:
         if self.conventions.sampling == "stratified":
             return stratified_probabilities(probs, batch)
         return probs.unsqueeze(0).expand(batch, -1).clone()
+
+    def weight_tolerance(self, index: torch.Tensor, weight_dtype: torch.dtype) -> Tolerance:
+        """The weights' tolerance for a sample at ``index``:
+        :func:`~rbcheck.harness.assertions.weight_tolerance` plus what the
+        leaves' own error (:func:`priority_tolerance`, whose absolute part
+        weighs on tiny leaves) becomes through ``** -beta``:
+        ``beta * (err(leaf_i) + err(leaf_norm))`` per sampled entry, with
+        ``err(x) = rtol + atol / x``."""
+        index = torch.as_tensor(index, dtype=torch.int64).cpu()
+        base = weight_tolerance(self.dtype, max(self.size, 1), weight_dtype)
+        leaf = priority_tolerance(self.dtype, self.alpha)
+        leaves = self.leaves()
+        positive = leaves[leaves > 0]
+        rel = leaf.rtol + leaf.atol / leaves[index].clamp_min(1e-300)
+        rule = self.conventions.weight_normaliser
+        if rule == "buffer_min" and len(positive):
+            norm = leaf.rtol + leaf.atol / positive.min()
+        elif rule == "batch_max":
+            norm = leaf.rtol + leaf.atol / leaves[index].clamp_min(1e-300).min()
+        else:
+            norm = torch.tensor(0.0, dtype=torch.float64)
+        rtol = base.rtol + self.beta * (rel + norm)
+        return Tolerance(rtol, base.atol, f"{base.bound} + beta * (leaf errors: {leaf.bound})")
 
     def weights(self, index: torch.Tensor) -> torch.Tensor:
         """Expected importance weights of the sampled ``index`` (float64)."""

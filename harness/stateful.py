@@ -197,7 +197,7 @@ def make_state_machine(
                 if "weight" not in info:
                     fail("sorted(info)", sorted(info), "a dict with 'weight'", self.trace)
                 weight = torch.as_tensor(info["weight"])
-                tol = weight_tolerance(conventions.priority_dtype, n, weight.dtype)
+                tol = self.oracle.weight_tolerance(index, weight.dtype)
                 want = self.oracle.weights(index)
                 assert_close("info['weight']", weight, want, self.trace, tol=tol)
                 generation = info.get("generation")

@@ -100,10 +100,17 @@ def outcomes(results: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _control_args() -> tuple[list[str], list[str]]:
-    files = sorted({f for m in MUTANTS for f in m.files})
-    targets = sorted({t for m in MUTANTS for t in m.targets})
+def _control_args(control: str = "reference") -> tuple[list[str], list[str]]:
+    chosen = [m for m in MUTANTS if m.control == control]
+    files = sorted({f for m in chosen for f in m.files})
+    targets = sorted({t for m in chosen for t in m.targets})
     return files, targets
+
+
+#: Controls other than the reference: correct adapters that declare the
+#: conventions their mutants declare (e.g. float32 trees), so a catch is the
+#: mutant's bug and not the convention.
+CONTROLS = sorted({m.control for m in MUTANTS} - {"reference"})
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +124,8 @@ def runs(request):
             selected.add(callspec.params["mutant"].factory)
         elif item.name == "test_reference_passes_every_targeted_property":
             selected.add("reference")
+        elif callspec is not None and "control" in callspec.params:
+            selected.add(f"control:{callspec.params['control']}")
     tmp = Path(tempfile.mkdtemp(prefix="rbcheck-meta-"))
     workers = max(1, min(4, os.cpu_count() or 1))
     jobs: dict[str, tuple[Future, Path]] = {}
@@ -128,6 +137,15 @@ def runs(request):
                 pool.submit(run_conformance, "reference", files, targets, path),
                 path,
             )
+        for control in CONTROLS:
+            if f"control:{control}" not in selected:
+                continue
+            files, targets = _control_args(control)
+            path = tmp / f"control-{control}.json"
+            future = pool.submit(
+                run_conformance, f"rbcheck.harness.mutants:{control}", files, targets, path
+            )
+            jobs[f"control:{control}"] = (future, path)
         for m in MUTANTS:
             if m.factory not in selected:
                 continue
@@ -174,6 +192,27 @@ def test_mutant_is_caught(mutant: Mutant, runs):
     )
     CAUGHT.append((mutant.factory, mutant.bug, ", ".join(caught), message))
     print(f"{mutant.factory}: caught by {', '.join(caught)}: {message[:200]}")
+
+
+@pytest.mark.parametrize("control", CONTROLS)
+def test_control_passes_the_targets_of_its_mutants(control: str, runs):
+    """The control of the mutants that declare conventions (e.g. a correct
+    float32-tree buffer declaring priority_dtype=float32) passes every
+    property they are aimed at: the declared convention alone fails nothing,
+    so each catch is the mutant's violation, which the convention did not hide."""
+    _, targets = _control_args(control)
+    future, results = runs[f"control:{control}"]
+    proc = future.result(timeout=2 * TIMEOUT_S)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0, (
+        f"pytest exit status={proc.returncode} on the control {control!r}, but should be 0\n{tail}"
+    )
+    seen = outcomes(results)
+    for target in targets:
+        outcome = seen.get(target, ("missing", ""))[0]
+        assert outcome == "pass", (
+            f"outcome of {target} on the control {control!r}={outcome!r}, but should be 'pass'"
+        )
 
 
 def test_reference_passes_every_targeted_property(runs):

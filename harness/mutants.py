@@ -983,18 +983,16 @@ CONVENTION_MUTANTS = (
         "float32_tree_transformed_twice",
         "a float32-tree buffer that transforms a priority twice (TorchRL 0.6-0.9)",
         ("test_priority_transform.py",),
-        (
-            "test_writer_default_priority_is_transformed_once",
-            "test_updated_priority_is_transformed_once",
-            "test_priority_key_in_data_is_transformed_once",
-        ),
+        # one target keeps the run short (each failing property shrinks); the
+        # writer-default and priority-key paths catch it too
+        ("test_updated_priority_is_transformed_once",),
         control="float32_tree",
     ),
     Mutant(
         "float32_declared_bfloat16_kept",
         "a declared float32 dtype hiding bfloat16 leaves (error far above float32's)",
         ("test_priority_transform.py",),
-        ("test_updated_priority_is_transformed_once", "test_priority_key_in_data_is_transformed_once"),
+        ("test_updated_priority_is_transformed_once",),
         control="float32_tree",
     ),
     Mutant(

@@ -1,7 +1,7 @@
 """rbcheck's reference replay buffer: small, readable, and the spec.
 
-Each module holds one concept and documents its contract and cost; the
-optimized implementations in ``variants/`` must agree with these.
+Each module holds one concept and documents its contract and cost; the optimized implementations
+in ``variants/`` must agree with these.
 """
 
 from .buffer import ReplayBuffer

@@ -2,27 +2,25 @@
 
 Contract
 --------
-* ``extend(data)`` writes the rows of a TensorDict ``[n]`` in order and
-  returns their slots; ``add(row)`` writes one row (no batch dim) and
-  returns its slot. With a prioritized sampler, rows whose data carry
-  ``priority_key`` get those raw priorities, others the max priority seen
-  (``priority_key=None``: always the max). The priority column is stored
-  like any other key (the layout is fixed by the first batch).
-* ``sample(batch_size)`` returns ``(rows, info)``: the sampler picks slots,
-  the rows are gathered (a copy), the transform runs, ``info`` gets
-  ``generation`` (each slot's write generation), and the pin step
-  ``pinning.pin_sample`` runs LAST when ``pin_memory=True``.
-* ``update_priority(index, priority, generation=None)``: entries whose generation
-  differs from the slot's current one are ignored (overwritten since sampled).
+* ``extend(data)`` writes the rows of a TensorDict ``[n]`` in order and returns their slots;
+  ``add(row)`` writes one row (no batch dim) and returns its slot. With a prioritized sampler,
+  rows whose data carry ``priority_key`` get those raw priorities, others the max priority seen
+  (``priority_key=None``: always the max). The priority column is stored like any other key (the
+  layout is fixed by the first batch).
+* ``sample(batch_size)`` returns ``(rows, info)``: the sampler picks slots, the rows are
+  gathered (a copy), the transform runs, ``info`` gets ``generation`` (each slot's write
+  generation), and the pin step ``pinning.pin_sample`` runs LAST when ``pin_memory=True``.
+* ``update_priority(index, priority, generation=None)``: entries whose generation differs from
+  the slot's current one are ignored (overwritten since sampled).
 * Every argument is checked BEFORE anything changes; errors read
   ``<arg>=<got>, but should be <allowed>`` and leave the buffer unchanged.
-* ``state_dict``/``load_state_dict`` and ``dumps``/``loads`` (a checkpoint
-  directory, see ``checkpoint.py``) round-trip the whole state, generator
-  included, so the next samples are identical.
+* ``state_dict``/``load_state_dict`` and ``dumps``/``loads`` (a checkpoint directory, see
+  ``checkpoint.py``) round-trip the whole state, generator included, so the next samples are
+  identical.
 * ``generator``: an int seed, None (torch's default seed) or a ``torch.Generator``.
 
-Cost: ``extend`` O(n * row size) (+ O(n log capacity) prioritized),
-``sample`` O(B * row size) plus the sampler's cost.
+Cost: ``extend`` O(n * row size) (+ O(n log capacity) prioritized), ``sample`` O(B * row size)
+plus the sampler's cost.
 """
 
 from __future__ import annotations

@@ -1,27 +1,24 @@
 """Checkpoints of a replay buffer: a directory, plain JSON + safetensors, no pickle.
 
-``path/CURRENT`` names the live sub-directory ``ckpt-XXXX/``, which holds
-``meta.json`` and ``tensors.safetensors`` (what they hold: ``checkpoint_format.py``).
+``path/CURRENT`` names the live sub-directory ``ckpt-XXXX/``, which holds ``meta.json`` and
+``tensors.safetensors`` (what they hold: ``checkpoint_format.py``).
 
 Contract
 --------
-* ``save_checkpoint(buffer, path)`` writes a NEW sub-directory, fsyncs it,
-  then swaps ``CURRENT`` with ``os.replace`` and only then deletes the older
-  sub-directories. A crash at any point leaves the previous checkpoint
-  loadable.
-* ``load_checkpoint(buffer, path)`` never unpickles and never follows a
-  symlink: ``CURRENT`` must name a ``ckpt-*`` sub-directory holding exactly
-  the two regular files, each within a size cap. The files are decoded and
-  checked (``checkpoint_format.decode``), then the state against the buffer
-  (``load_state_dict``) BEFORE changing the buffer. Any problem raises
+* ``save_checkpoint(buffer, path)`` writes a NEW sub-directory, fsyncs it, then swaps
+  ``CURRENT`` with ``os.replace`` and only then deletes the older sub-directories. A crash at
+  any point leaves the previous checkpoint loadable.
+* ``load_checkpoint(buffer, path)`` never unpickles and never follows a symlink: ``CURRENT``
+  must name a ``ckpt-*`` sub-directory holding exactly the two regular files, each within a size
+  cap. The files are decoded and checked (``checkpoint_format.decode``), then the state against
+  the buffer (``load_state_dict``) BEFORE changing the buffer. Any problem raises
   ``CheckpointError`` saying what is wrong; the buffer is then unchanged.
-* It holds only what cannot be derived (no generations, inner tree nodes or
-  min tree: rebuilt on load), so an inconsistent one cannot be written down.
-  The round trip is bit-exact (storage, write count, priorities, max
-  priority, sampler parameters, generator), hence the next samples.
+* It holds only what cannot be derived (no generations, inner tree nodes or min tree: rebuilt on
+  load), so an inconsistent one cannot be written down. The round trip is bit-exact (storage,
+  write count, priorities, max priority, sampler parameters, generator), hence the next samples.
 
-Cost: O(size of the state) time; during a save one extra copy of the tensors in
-memory (serialised before the disk is touched) and on disk (the old checkpoint).
+Cost: O(size of the state) time; during a save one extra copy of the tensors in memory
+(serialised before the disk is touched) and on disk (the old checkpoint).
 """
 
 from __future__ import annotations

@@ -2,16 +2,14 @@
 
 Contract
 --------
-* ``encode(state) -> (meta bytes, tensor bytes)``: every tensor of the
-  (nested dict / list) state goes into one safetensors blob; the rest, with
-  ``{"tensor": name}`` in each tensor's place, into ``meta.json``: plain JSON
-  with ``schema_version``, ``format``, the sha256 of the blob and a checksum
-  of itself (sha256 of its canonical JSON). Non-finite numbers or other
+* ``encode(state) -> (meta bytes, tensor bytes)``: every tensor of the (nested dict / list)
+  state goes into one safetensors blob; the rest, with ``{"tensor": name}`` in each tensor's
+  place, into ``meta.json``: plain JSON with ``schema_version``, ``format``, the sha256 of the
+  blob and a checksum of itself (sha256 of its canonical JSON). Non-finite numbers or other
   objects in the state raise CheckpointError.
-* ``decode(meta bytes, tensor bytes) -> state``: the inverse, never
-  unpickling, after checking the schema version, the keys, the checksum, the
-  blob's sha256 and that every tensor is used. Any problem raises
-  ``CheckpointError`` saying what is wrong (``require``, the one check).
+* ``decode(meta bytes, tensor bytes) -> state``: the inverse, never unpickling, after checking
+  the schema version, the keys, the checksum, the blob's sha256 and that every tensor is used.
+  Any problem raises ``CheckpointError`` saying what is wrong (``require``, the one check).
 
 Cost: O(size of the state) time and one extra copy of the tensors in memory.
 """

@@ -2,14 +2,14 @@
 
 Contract
 --------
-* ``require_accelerator()`` raises RuntimeError when no CUDA device is
-  available: pinned memory only exists to speed up host-to-device copies,
-  so ``pin_memory=True`` without one is an error, never a silent no-op.
-* ``pin_sample(sample, info)`` returns the sample with EVERY tensor in
-  page-locked memory (also when the TensorDict's device is None, e.g. built
-  by a transform) and the info dict with every tensor pinned.
-* The buffer runs this step LAST, after all transforms, and looks both
-  functions up on this module at call time, so tests can replace them.
+* ``require_accelerator()`` raises RuntimeError when no CUDA device is available: pinned memory
+  only exists to speed up host-to-device copies, so ``pin_memory=True`` without one is an error,
+  never a silent no-op.
+* ``pin_sample(sample, info)`` returns the sample with EVERY tensor in page-locked memory (also
+  when the TensorDict's device is None, e.g. built by a transform) and the info dict with every
+  tensor pinned.
+* The buffer runs this step LAST, after all transforms, and looks both functions up on this
+  module at call time, so tests can replace them.
 
 Cost: one host copy of every tensor of the sample and the info.
 """

@@ -2,29 +2,28 @@
 
 Contract
 --------
-* Priorities handed in are RAW. The tree stores ``(p + eps) ** alpha``,
-  computed once, in float64, whichever path wrote it: ``on_write`` for new
-  rows (with or without a priority) and ``update_priority``.
-* ``max_priority`` is a Python float: the largest raw priority seen over the
-  buffer's life (new rows, priority keys, updates), starting at 1.0. A new
-  row written without a priority gets ``max_priority``.
+* Priorities handed in are RAW. The tree stores ``(p + eps) ** alpha``, computed once, in
+  float64, whichever path wrote it: ``on_write`` for new rows (with or without a priority) and
+  ``update_priority``.
+* ``max_priority`` is a Python float: the largest raw priority seen over the buffer's life (new
+  rows, priority keys, updates), starting at 1.0. A new row written without a priority gets
+  ``max_priority``.
 * A draw picks slot ``i`` with probability ``P_i = leaf_i / total``. With
   ``u = torch.rand(B, dtype=float64)`` and ``mass = u * total`` the slots are
   ``SumTree.find_prefix(mass)``.
-* ``weight_i = (N * P_i) ** -beta / (N * P_min) ** -beta`` with ``N`` the
-  number of stored rows and ``P_min`` the smallest positive probability over
-  the STORED rows (not the batch), so the largest possible weight is 1.
-  Computed in float64, returned as float32.
-* Priorities must be finite and ``>= 0``. A stored value of 0 (raw 0 with
-  ``eps = 0``) is never sampled and is left out of ``P_min``.
-* ``update_priority`` ignores entries whose ``generation`` differs from the
-  slot's ``current_generation`` (the slot was overwritten since it was
-  sampled) and rejects slots that were never written.
-* The state is the parameters, ``max_priority`` and the sum tree's leaves;
-  the min tree follows from them and is rebuilt on load.
+* ``weight_i = (N * P_i) ** -beta / (N * P_min) ** -beta`` with ``N`` the number of stored rows
+  and ``P_min`` the smallest positive probability over the STORED rows (not the batch), so the
+  largest possible weight is 1. Computed in float64, returned as float32.
+* Priorities must be finite and ``>= 0``. A stored value of 0 (raw 0 with ``eps = 0``) is never
+  sampled and is left out of ``P_min``.
+* ``update_priority`` ignores entries whose ``generation`` differs from the slot's
+  ``current_generation`` (the slot was overwritten since it was sampled) and rejects slots that
+  were never written.
+* The state is the parameters, ``max_priority`` and the sum tree's leaves; the min tree follows
+  from them and is rebuilt on load.
 
-Cost: ``on_write`` / ``update_priority`` O(k log capacity) for k slots,
-``sample`` O(B log capacity); memory O(capacity) for the two trees.
+Cost: ``on_write`` / ``update_priority`` O(k log capacity) for k slots, ``sample`` O(B log
+capacity); memory O(capacity) for the two trees.
 """
 
 from __future__ import annotations

@@ -2,22 +2,19 @@
 
 Contract
 --------
-* A trajectory is a maximal run of rows with equal ``episode_key`` value in
-  WRITE ORDER: the ring is read from its oldest slot (slot 0 while not full,
-  the writer's cursor once full), so a trajectory may wrap past the last slot.
-  With ``done_key`` instead, a trajectory ends at each row whose done flag is
-  True (and at the newest row).
-* Exactly one of ``num_slices`` / ``slice_len`` is fixed; the other is
-  ``batch_size // it`` and ``batch_size`` must be divisible by it.
-* Eligible trajectories: length >= ``slice_len`` when ``strict_length``,
-  otherwise all (a short one gives a shorter slice, so the batch may be
-  smaller than ``batch_size``). Each slice picks an eligible trajectory
-  uniformly with replacement, then a start uniformly in
+* A trajectory is a maximal run of rows with equal ``episode_key`` value in WRITE ORDER: the
+  ring is read from its oldest slot (slot 0 while not full, the writer's cursor once full), so a
+  trajectory may wrap past the last slot. With ``done_key`` instead, a trajectory ends at each
+  row whose done flag is True (and at the newest row).
+* Exactly one of ``num_slices`` / ``slice_len`` is fixed; the other is ``batch_size // it`` and
+  ``batch_size`` must be divisible by it.
+* Eligible trajectories: length >= ``slice_len`` when ``strict_length``, otherwise all (a short
+  one gives a shorter slice, so the batch may be smaller than ``batch_size``). Each slice picks
+  an eligible trajectory uniformly with replacement, then a start uniformly in
   ``[0, max(length - slice_len, 0)]``.
-* Returned ``index`` holds the physical slots of the slices, one after the
-  other, each contiguous in write order and inside one trajectory;
-  ``traj`` holds, per row, the trajectory's rank in write order (0 = oldest).
-  No eligible trajectory -> ValueError.
+* Returned ``index`` holds the physical slots of the slices, one after the other, each
+  contiguous in write order and inside one trajectory; ``traj`` holds, per row, the trajectory's
+  rank in write order (0 = oldest). No eligible trajectory -> ValueError.
 
 Cost: O(len(storage)) per sample to find the trajectories, plus O(batch_size).
 """

@@ -2,18 +2,17 @@
 
 Contract
 --------
-* ``TensorStorage(capacity, device)`` holds at most ``capacity`` rows. Nothing
-  is allocated until the first ``set``: that batch fixes the layout (keys,
-  per-row shapes, dtypes) and one tensor of ``capacity`` rows is allocated per
-  key. Later batches must have exactly that layout.
-* ``set(index, data)`` copies row ``i`` of ``data`` into slot ``index[i]``.
-  When ``index`` repeats a slot (a batch larger than the ring) the LAST row
-  wins. The writer fills slots ``0, 1, 2, ...`` in order, so the valid rows
-  are ``0 .. size-1`` and ``size = min(rows written, capacity)``.
+* ``TensorStorage(capacity, device)`` holds at most ``capacity`` rows. Nothing is allocated
+  until the first ``set``: that batch fixes the layout (keys, per-row shapes, dtypes) and one
+  tensor of ``capacity`` rows is allocated per key. Later batches must have exactly that layout.
+* ``set(index, data)`` copies row ``i`` of ``data`` into slot ``index[i]``. When ``index``
+  repeats a slot (a batch larger than the ring) the LAST row wins. The writer fills slots
+  ``0, 1, 2, ...`` in order, so the valid rows are ``0 .. size-1`` and
+  ``size = min(rows written, capacity)``.
 * ``get(index)`` returns a new TensorDict of ``len(index)`` rows (a copy).
 
-Cost: ``set`` and ``get`` are O(len(index) * row size); memory is
-O(capacity * row size), allocated once.
+Cost: ``set`` and ``get`` are O(len(index) * row size); memory is O(capacity * row size),
+allocated once.
 """
 
 from __future__ import annotations

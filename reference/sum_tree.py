@@ -2,24 +2,21 @@
 
 Contract
 --------
-* The tree is a complete binary tree stored in an array ``nodes`` of length
-  ``2 * size`` where ``size`` is ``capacity`` rounded up to a power of two.
-  Node 1 is the root, node ``k`` has children ``2k`` and ``2k + 1`` and leaf
-  ``i`` lives at node ``size + i`` (node 0 is unused).
+* The tree is a complete binary tree stored in an array ``nodes`` of length ``2 * size`` where
+  ``size`` is ``capacity`` rounded up to a power of two. Node 1 is the root, node ``k`` has
+  children ``2k`` and ``2k + 1`` and leaf ``i`` lives at node ``size + i`` (node 0 is unused).
 * Unused leaves hold 0 (SumTree) or +inf (MinTree).
-* ``update(index, value)`` sets the leaves in order (a repeated index: the
-  last value wins), then recomputes every touched parent bottom up as
-  ``left + right`` (SumTree) or ``min(left, right)`` (MinTree).
-* ``SumTree.find_prefix(mass)`` descends from the root; at each node it goes
-  left if ``mass < left_sum or right_sum == 0``, else does
-  ``mass -= left_sum`` and goes right. Optimized implementations must use
-  exactly this arithmetic so that the same masses give the same leaves.
-  A leaf holding 0 is never reached while the total is positive and
-  ``mass >= 0``.
+* ``update(index, value)`` sets the leaves in order (a repeated index: the last value wins),
+  then recomputes every touched parent bottom up as ``left + right`` (SumTree) or
+  ``min(left, right)`` (MinTree).
+* ``SumTree.find_prefix(mass)`` descends from the root; at each node it goes left if
+  ``mass < left_sum or right_sum == 0``, else does ``mass -= left_sum`` and goes right.
+  Optimized implementations must use exactly this arithmetic so that the same masses give the
+  same leaves. A leaf holding 0 is never reached while the total is positive and ``mass >= 0``.
 * The state is the leaves alone; the inner nodes are rebuilt on load.
 
-Cost: ``update`` O(k log capacity) for k indices, ``find_prefix``
-O(B log capacity) for B masses, ``total``/``min`` O(1); memory 2 * size floats.
+Cost: ``update`` O(k log capacity) for k indices, ``find_prefix`` O(B log capacity) for B
+masses, ``total``/``min`` O(1); memory 2 * size floats.
 """
 
 from __future__ import annotations

@@ -2,12 +2,11 @@
 
 Contract
 --------
-* A transform is any callable ``TensorDict -> TensorDict``. It receives the
-  gathered rows (a copy, so changing them never touches the storage) and
-  returns the sample handed to the user. It may return a new TensorDict,
-  including one with ``device=None``.
-* ``Transform`` is an optional base class: subclasses implement
-  ``forward(td)``; calling the object calls ``forward``.
+* A transform is any callable ``TensorDict -> TensorDict``. It receives the gathered rows (a
+  copy, so changing them never touches the storage) and returns the sample handed to the user.
+  It may return a new TensorDict, including one with ``device=None``.
+* ``Transform`` is an optional base class: subclasses implement ``forward(td)``; calling the
+  object calls ``forward``.
 * ``Compose(t1, t2, ...)(td) == t2(t1(td))...``: applied left to right.
 
 Cost: whatever the transforms cost; ``Compose`` adds O(number of transforms).

@@ -2,14 +2,14 @@
 
 Contract
 --------
-* Row number ``j`` of the buffer's life (``j = 0, 1, 2, ...``) goes to slot
-  ``j % capacity``: the ring overwrites the oldest row first.
+* Row number ``j`` of the buffer's life (``j = 0, 1, 2, ...``) goes to slot ``j % capacity``:
+  the ring overwrites the oldest row first.
 * ``cursor`` is the next slot to write, ``write_count`` the rows written so far.
-* ``generation[s]`` is the row number ``j`` last written to slot ``s``
-  (``-1`` if the slot was never written). A consumer that remembers the
-  generation of a sampled slot can tell whether it was overwritten since.
-* ``next_indices(n)`` returns the ``n`` slots for the next ``n`` rows and
-  advances; when ``n > capacity`` slots repeat and the later rows win.
+* ``generation[s]`` is the row number ``j`` last written to slot ``s`` (``-1`` if the slot was
+  never written). A consumer that remembers the generation of a sampled slot can tell whether it
+  was overwritten since.
+* ``next_indices(n)`` returns the ``n`` slots for the next ``n`` rows and advances; when
+  ``n > capacity`` slots repeat and the later rows win.
 * The state is the write count alone: cursor and generations follow from it
   (``ring_generation``), so a checkpoint cannot hold inconsistent ones.
 

@@ -34,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rbcheck", description="Conformance checks for RL replay buffers.")
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="run the conformance suite on implementations",
-                                   description=__doc__.split("\n\n", 2)[2].split("\n\nExit")[0])
+                                   description=__doc__.split("\n\n", 2)[2].split("\n\nExit")[0],
+                                   epilog="Exit" + __doc__.split("\n\nExit", 1)[1].rstrip())
     validate.add_argument("impl", nargs="*", metavar="IMPL",
                           help="a built-in name or pkg.module:factory (from the working directory)")
     validate.add_argument("--all", action="store_true", help="every built-in implementation")

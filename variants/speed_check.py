@@ -4,6 +4,8 @@
                                    [--threads 1,0]  # 0: torch's default
                                    [--scalar]  # the descent's scalar code, not AVX2
                                    [--no-torchrl]  # leave TorchRL's sampler out
+                                   [--build-torchrl]  # rebuild TorchRL's extension first if it
+                                                      # does not load (rbcheck.harness.torchrl_build)
 
 Fills a reference buffer and the variants with the same rows (obs
 float32[8], action float32[2], reward float32[1]) and priorities, checks that
@@ -25,7 +27,9 @@ repetitions of:
 * the same three for TorchRL's ``PrioritizedSampler`` (a
   ``TensorDictReplayBuffer`` over a ``LazyTensorStorage``, filled with the
   same rows and priorities) when TorchRL is installed and its C++ extension
-  loads (else the reason is printed). Each gets priorities in the dtype its
+  loads (else the reason is printed; ``--build-torchrl``, or ``python -m
+  rbcheck.harness.torchrl_build`` as ``nox -s bench`` runs it, rebuilds a
+  shipped extension that does not load against this torch). Each gets priorities in the dtype its
   trees hold: float64 for rbcheck, float32 for TorchRL's trees.
 
 Ratios for every thread count (``--threads``) are printed together at the end
@@ -71,14 +75,20 @@ def fill(buffer, capacity: int, device: str, chunk: int = 1 << 16) -> None:
         buffer.extend(rows(min(chunk, capacity - start), g).to(device))
 
 
-def build_torchrl(capacity: int):
-    """TorchRL's prioritized buffer, or the reason it cannot run here."""
+def build_torchrl(capacity: int, rebuild: bool = False):
+    """TorchRL's prioritized buffer, or the reason it cannot run here; ``rebuild``:
+    first rebuild its C++ extension where the shipped one does not load."""
     try:
+        if rebuild:
+            from rbcheck.harness.torchrl_build import default_cache, ensure
+
+            print(f"TorchRL's extension: {ensure(default_cache())[1]}")
         from rbcheck.harness.adapters.torchrl import probe_prioritized
 
         why = probe_prioritized()
         if why is not None:
-            return None, why
+            return None, (f"{why} (--build-torchrl or `python -m rbcheck.harness.torchrl_build` "
+                          f"rebuilds the extension against this torch)")
         from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
         from torchrl.data.replay_buffers.samplers import PrioritizedSampler
     except ImportError as err:
@@ -131,6 +141,9 @@ def main(argv=None) -> dict:
                         help="the native descent's scalar code even where the CPU has AVX2 "
                              "(what a CPU without AVX2 runs)")
     parser.add_argument("--no-torchrl", action="store_true", help="leave TorchRL's sampler out")
+    parser.add_argument("--build-torchrl", action="store_true",
+                        help="rebuild TorchRL's C++ extension first where the shipped one does not "
+                             "load against this torch (cached; rbcheck.harness.torchrl_build)")
     parser.add_argument("--threads", default="1,0",
                         help="comma-separated torch CPU thread counts, 0 = torch's default "
                              "(on a busy 2-core machine 1 is far less noisy)")
@@ -145,7 +158,7 @@ def main(argv=None) -> dict:
     buffers = {k: build(k, cap, "cpu" if k == "reference" else device) for k in kinds}
     for buffer in buffers.values():
         fill(buffer, cap, "cpu" if buffer is buffers["reference"] else device)
-    trl, why = (None, "--no-torchrl") if args.no_torchrl else build_torchrl(cap)
+    trl, why = (None, "--no-torchrl") if args.no_torchrl else build_torchrl(cap, args.build_torchrl)
     print(f"TorchRL's PrioritizedSampler: {'timed' if trl is not None else 'left out: ' + why}")
     if trl is not None:
         fill(trl, cap, "cpu")

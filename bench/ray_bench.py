@@ -16,9 +16,11 @@ What is timed (setup, Ray start and the workers' first import outside it):
   of ``rows`` rows from a full served buffer; against in-process
   ``sample(rows)`` in this process, the same total batches. Each served
   number is taken right after its in-process counterpart, three times; the
-  ratio is of the medians.
+  ratio is of the medians. The in-process numbers are taken in a Ray
+  worker process too (like the served side's clients): the driver runs Ray's
+  own threads, which would slow a buffer living there.
 * ``update round trip``: ``sample`` then ``update_priority`` of the sampled
-  slots from this process (a learner step), served against in-process; per
+  slots (a learner step, in a worker process), served against in-process; per
   round trip, in milliseconds and as a ratio. With TorchRL's prioritized
   sampler when its C++ extension loads, else the uniform sampler (TorchRL's
   ``update_priority`` then does no tree work: the number is the transport's
@@ -42,14 +44,6 @@ import warnings
 from pathlib import Path
 
 import torch
-
-
-def _in_process_buffer(capacity: int, prioritized: bool):
-    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-    from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
-
-    sampler = PrioritizedSampler(capacity, alpha=0.6, beta=0.4) if prioritized else RandomSampler()
-    return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler)
 
 
 def _served_buffer(capacity: int, prioritized: bool):
@@ -95,12 +89,54 @@ def _tasks():
         return seconds
 
     @ray.remote(num_cpus=0, max_retries=0)
+    def in_process(kind: str, k: int, capacity: int, prioritized: bool, batches: int, samples: int,
+                   rows: int, width: int) -> float:
+        """The in-process baseline, in a worker process like the served side's
+        clients (the driver runs Ray's threads, which would slow it)."""
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
+
+        sampler = PrioritizedSampler(capacity, alpha=0.6, beta=0.4) if prioritized else RandomSampler()
+        buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler)
+        if kind == "extend":
+            data = [make_rows(w, i * rows, rows, width) for w in range(k) for i in range(batches)]
+            buffer.extend(data[0][:1].copy())
+            start = time.perf_counter()
+            for td in data[1:]:
+                buffer.extend(td)
+            return (len(data) - 1) * rows / (time.perf_counter() - start)
+        buffer.extend(make_rows(0, 0, capacity, width))
+        if kind == "update":
+            return update_rounds(buffer, rows, samples)
+        buffer.sample(rows)
+        start = time.perf_counter()
+        for _ in range(k * samples):
+            buffer.sample(rows)
+        return k * samples * rows / (time.perf_counter() - start)
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def served_update(client, rows: int, rounds: int) -> float:
+        return update_rounds(client, rows, rounds)
+
+    @ray.remote(num_cpus=0, max_retries=0)
     def ready() -> bool:
         import rbcheck.harness.concurrency  # noqa: F401 - imports torch in the worker
 
         return True
 
-    return write, sample, ready
+    return write, sample, in_process, served_update, ready
+
+
+def update_rounds(buffer, rows: int, rounds: int) -> float:
+    """Seconds per learner step: sample, then update_priority of the sampled slots."""
+    with warnings.catch_warnings():  # TorchRL warns on update_priority with a uniform sampler
+        warnings.simplefilter("ignore")
+        _, info = buffer.sample(rows, return_info=True)
+        start = time.perf_counter()
+        for i in range(rounds):
+            _, info = buffer.sample(rows, return_info=True)
+            buffer.update_priority(info["index"], torch.full((rows,), 0.5 + i % 7))
+        return (time.perf_counter() - start) / rounds
 
 
 def _median(values: list[float]) -> float:
@@ -115,34 +151,23 @@ def measure(writers: list[int], rows: int, batches: int, samples: int, width: in
 
     from rbcheck.harness.adapters.torchrl import probe_prioritized
     from rbcheck.harness.adapters.torchrl_ray import start_ray
-    from rbcheck.harness.concurrency import make_rows
 
     start_ray()  # before any Ray call: a Ray call would start a default Ray
     prioritized = probe_prioritized() is None
     capacity = max(writers) * batches * rows
-    write, sample, ready = _tasks()
+    write, sample, in_process, served_update, ready = _tasks()
     ray.get([ready.remote() for _ in range(max(writers))], timeout=600)  # warm the workers
     out: dict = {"extend": {}, "sample": {}, "rows": rows, "batches": batches, "samples": samples,
                  "width": width, "capacity": capacity, "prioritized": prioritized, "repeats": repeats}
+    sizes = dict(capacity=capacity, prioritized=prioritized, batches=batches, samples=samples,
+                 rows=rows, width=width)
 
     def local_extend(k: int) -> float:
-        buffer = _in_process_buffer(capacity, prioritized)
-        data = [make_rows(w, i * rows, rows, width) for w in range(k) for i in range(batches)]
-        buffer.extend(data[0][:1].copy())
-        start = time.perf_counter()
-        for td in data[1:]:
-            buffer.extend(td)
-        return (len(data) - 1) * rows / (time.perf_counter() - start)
+        return ray.get(in_process.remote("extend", k, **sizes), timeout=600)
 
-    def local_sample(buffer, k: int) -> float:
-        buffer.sample(rows)
-        start = time.perf_counter()
-        for _ in range(k * samples):
-            buffer.sample(rows)
-        return k * samples * rows / (time.perf_counter() - start)
+    def local_sample(k: int) -> float:
+        return ray.get(in_process.remote("sample", k, **sizes), timeout=600)
 
-    full = _in_process_buffer(capacity, prioritized)
-    full.extend(make_rows(0, 0, capacity, width))
     served = _served_buffer(capacity, prioritized)
     try:
         for k in writers:
@@ -162,31 +187,20 @@ def measure(writers: list[int], rows: int, batches: int, samples: int, width: in
         for k in writers:
             local, remote = [], []
             for _ in range(repeats):
-                local.append(local_sample(full, k))
+                local.append(local_sample(k))
                 secs = ray.get([sample.remote(c, samples, rows, totals) for c in served.clients(k)],
                                timeout=600)
                 remote.append(k * samples * rows / max(secs))
             out["sample"][k] = {"served_rows_per_s": _median(remote), "in_process_rows_per_s": _median(local),
                                 "ratio": _median(remote) / _median(local)}
-        out["update"] = _update_round_trip(full, served, rows, samples)
+        local_s = [ray.get(in_process.remote("update", 1, **sizes), timeout=600) for _ in range(repeats)]
+        served_s = [ray.get(served_update.remote(served.client(), rows, samples), timeout=600)
+                    for _ in range(repeats)]
+        out["update"] = {"in_process_ms": _median(local_s) * 1e3, "served_ms": _median(served_s) * 1e3,
+                         "ratio": _median(local_s) / _median(served_s)}
     finally:
         served.close()
     return out
-
-
-def _update_round_trip(local, served, rows: int, rounds: int) -> dict:
-    def rounds_per_s(buffer) -> float:
-        _, info = buffer.sample(rows, return_info=True)
-        start = time.perf_counter()
-        for i in range(rounds):
-            _, info = buffer.sample(rows, return_info=True)
-            buffer.update_priority(info["index"], torch.full((rows,), 0.5 + i % 7))
-        return (time.perf_counter() - start) / rounds
-
-    with warnings.catch_warnings():  # TorchRL warns on update_priority with a uniform sampler
-        warnings.simplefilter("ignore")
-        local_s, served_s = rounds_per_s(local), rounds_per_s(served)
-    return {"in_process_ms": local_s * 1e3, "served_ms": served_s * 1e3, "ratio": local_s / served_s}
 
 
 def render(result: dict) -> str:

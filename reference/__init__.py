@@ -1,7 +1,9 @@
 """rbcheck's reference replay buffer: small, readable, and the spec.
 
 Each module holds one concept and documents its contract and cost; the optimized implementations
-in ``variants/`` must agree with these.
+in ``variants/`` must agree with these. Two parts: the buffer (every module but three) and, apart
+from it, policy placement and a tiny collector over a toy environment (``policy.py``,
+``collector.py``, ``env.py``), which use the buffer and are not part of it.
 """
 
 from .buffer import ReplayBuffer

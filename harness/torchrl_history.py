@@ -22,6 +22,7 @@ obtained.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -32,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rbcheck.checks import run_subprocess
 from rbcheck.harness import report as conformance_report
 from rbcheck.harness.torchrl_build import default_cache
 
@@ -73,17 +75,13 @@ def run_release(version: str, prefix: Path, cache: Path, profile: str, extra: li
     lines = [ln for ln in build.stdout.splitlines() if ln.startswith("[torchrl_build]")]
     extension = lines[-1][len("[torchrl_build] "):] if lines else (build.stderr.strip().splitlines() or ["?"])[-1]
     print(f"[torchrl history] {name}: {extension}", file=sys.stderr, flush=True)
-    results = workdir / f"results-{version}.json"
-    command = [sys.executable, "-m", "pytest", conformance_report.SUITE, "-q", "-p", "no:cacheprovider",
-               "--impl=torchrl", f"--rbcheck-profile={profile}", f"--rbcheck-results={results}", *extra]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    run_dir = workdir / version
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result = run_subprocess("torchrl", profile=profile, workdir=run_dir, extra=extra,
+                            pythonpath=[str(prefix)], progress=False)
+    result.name = name
+    results = run_dir / "results-torchrl.json"
     seconds = time.perf_counter() - started
-    if results.exists():
-        result = conformance_report.ImplResult.from_results(name, json.loads(results.read_text()))
-    else:
-        tail = " ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-        result = conformance_report.ImplResult(name=name, status="crashed",
-                                               why=f"pytest exit {proc.returncode}: {tail}")
     meta = {"release": version, "extension": extension, "seconds": round(seconds, 1),
             "known_failures_hid_new": []}
     if results.exists():
@@ -121,17 +119,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default=os.environ.get("RBCHECK_PROFILE", "ci"))
     parser.add_argument("--pytest-arg", action="append", default=[],
                         help="extra argument passed to every pytest run (repeatable)")
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="keep each release's run here (<version>.json; default: <out>/torchrl_history_runs)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="run nothing: build the table from the runs kept in --runs")
     args = parser.parse_args(argv)
     import torch
 
     cache = (args.cache or default_cache()).resolve()
+    kept = args.runs or args.out / "torchrl_history_runs"
+    kept.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results, runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for version in args.versions:
-            print(f"[torchrl history] torchrl {version} ...", file=sys.stderr, flush=True)
-            result, meta = run_release(version, (args.prefixes / version).resolve(), cache, args.profile,
-                                       args.pytest_arg, Path(tmp))
+            if args.table_only:
+                saved = json.loads((kept / f"{version}.json").read_text())
+                result = conformance_report.ImplResult(**saved["result"])
+                meta = saved["meta"]
+            else:
+                print(f"[torchrl history] torchrl {version} ...", file=sys.stderr, flush=True)
+                result, meta = run_release(version, (args.prefixes / version).resolve(), cache,
+                                           args.profile, args.pytest_arg, Path(tmp))
+                (kept / f"{version}.json").write_text(
+                    json.dumps({"result": dataclasses.asdict(result), "meta": meta}) + "\n")
             results.append(result)
             runs.append(meta)
     table = conformance_report.build(results)
@@ -139,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         table["implementations"][name]["third_party"] = True
     header = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "torch": torch.__version__,
               "profile": args.profile, "cpus": os.cpu_count(),
-              "total_seconds": time.perf_counter() - started, "command": COMMAND}
+              "total_seconds": (sum(r["seconds"] for r in runs) if args.table_only
+                                else time.perf_counter() - started), "command": COMMAND}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "torchrl_history.md").write_text(render(table, runs, header))
     (args.out / "torchrl_history.json").write_text(

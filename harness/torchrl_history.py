@@ -92,6 +92,39 @@ def run_release(version: str, prefix: Path, cache: Path, profile: str, extra: li
     return result, meta
 
 
+SUMMARY_CELL = 110
+SHORT = {"pass": "pass", "fail": "FAIL", "error": "FAIL", "xfail": "known failure", "xpass": "XPASS",
+         "skip": "skipped", "unavailable": "unavailable"}
+
+
+def summary(table: dict[str, Any]) -> str:
+    """Release x property, parametrizations folded into counts; a single
+    result keeps the start of its message (the report below has it whole)."""
+    order = table["order"]
+    props: dict[str, list[dict[str, Any]]] = {}
+    for row in table["rows"]:
+        props.setdefault(row["id"].split("[", 1)[0], []).append(row)
+    lines = ["| property | " + " | ".join(order) + " |", "|---" * (len(order) + 1) + "|"]
+    for prop, rows in props.items():
+        cells = []
+        for name in order:
+            got = [r["cells"][name] for r in rows if r["cells"][name]["outcome"] != "absent"]
+            if len(got) == 1:
+                cell = got[0]
+                text = SHORT.get(cell["outcome"], cell["outcome"])
+                if cell["outcome"] in ("fail", "error", "xfail") and cell["message"]:
+                    text += ": " + conformance_report._clip(cell["message"], SUMMARY_CELL)
+                cells.append(conformance_report._md_escape(text))
+                continue
+            counts: dict[str, int] = {}
+            for cell in got:
+                key = SHORT.get(cell["outcome"], cell["outcome"])
+                counts[key] = counts.get(key, 0) + 1
+            cells.append(", ".join(f"{n} {k}" for k, n in counts.items()) or "--")
+        lines.append(f"| `{prop}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def render(table: dict[str, Any], runs: list[dict[str, Any]], header: dict[str, Any]) -> str:
     body = conformance_report.render_markdown(table).split("\n", 1)[1]  # without its title
     lines = [TITLE, "",
@@ -105,6 +138,7 @@ def render(table: dict[str, Any], runs: list[dict[str, Any]], header: dict[str, 
                         if run.get("known_failures_file") else ""))
         for hid in run["known_failures_hid_new"]:
             lines.append(f"  - {hid}")
+    lines += ["", "## Summary (parametrizations counted)", "", summary(table), "", "## Every result"]
     return "\n".join(lines) + "\n" + body
 
 

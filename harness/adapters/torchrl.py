@@ -43,7 +43,9 @@ Conventions (``Adapter.conventions``; each checked in its own terms):
   keeps ``SumSegmentTreeFp32`` / ``MinSegmentTreeFp32`` trees
   (https://github.com/pytorch/rl/blob/v0.14.1/torchrl/data/replay_buffers/samplers/prioritized.py#L184).
 * ``param_ranges``: alpha >= 0 and beta >= 0 are checked at construction
-  (same file, L189-L194); eps is not checked.
+  (same file, L189-L194); eps > 0: documented as "added to priorities to ensure
+  no experience has zero priority" (L94), and ``sample`` raises "non-positive p_min" when
+  a held priority is 0 (L497), but not checked (eps = 0 is a bad-input case).
 * everything else is the spec's rule: ``(p + eps) ** alpha`` in
   ``update_priority``; new rows get the raw max seen (``max_priority_within_buffer``
   defaults to False); weights ``(p_i / p_min) ** -beta`` over the stored
@@ -120,10 +122,16 @@ CONVENTIONS = Conventions(
     param_ranges={
         "alpha": ParamRange(0.0, math.inf),
         "beta": ParamRange(0.0, math.inf),
+        # eps is "added to priorities to ensure no experience has zero priority":
+        # sample() raises "non-positive p_min" once any held priority is 0
+        "eps": ParamRange(0.0, math.inf, low_closed=False),
     },
     notes={
         "priority_dtype": f"PrioritizedSampler(dtype=torch.float) keeps float32 sum/min trees ({SOURCE}#L184)",
-        "param_ranges": f"alpha >= 0 and beta >= 0 are checked at construction, eps is not ({SOURCE}#L189-L194)",
+        "param_ranges": f"alpha >= 0 and beta >= 0 are checked at construction ({SOURCE}#L189-L194); "
+                        f"eps > 0 is documented (L94: 'added to priorities to ensure no experience has "
+                        f"zero priority'; sample() raises 'non-positive p_min' otherwise, L497) but "
+                        f"not checked",
     },
 )
 

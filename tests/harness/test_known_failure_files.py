@@ -52,3 +52,24 @@ def test_collector_base_missing_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(adapter.importlib, "import_module", lambda name: SimpleNamespace())
     with pytest.raises(ImportError, match="neither BaseCollector nor DataCollectorBase"):
         adapter.collector_base()
+
+
+def test_history_summary_folds_parametrizations_and_keeps_single_messages():
+    from rbcheck.harness.report import ImplResult, build
+    from rbcheck.harness.torchrl_history import summary
+
+    def run(name, outcomes):
+        return ImplResult(name=name, status="ran", tests=[
+            {"nodeid": f"rbcheck/conformance/{nodeid}", "property": nodeid.split("[")[0], "outcome": o,
+             "message": m} for nodeid, o, m in outcomes])
+
+    table = build([
+        run("torchrl 0.6.0", [("test_a.py::test_x[1]", "pass", ""), ("test_a.py::test_x[2]", "fail", "m"),
+                              ("test_b.py::test_once", "fail", "AssertionError: stored=2.0, but should be 1.5")]),
+        run("torchrl 0.14.1", [("test_a.py::test_x[1]", "pass", ""), ("test_a.py::test_x[2]", "pass", ""),
+                               ("test_b.py::test_once", "pass", "")]),
+    ])
+    lines = summary(table).splitlines()
+    assert lines[0] == "| property | torchrl 0.6.0 | torchrl 0.14.1 |"
+    assert lines[2] == "| `test_a.py::test_x` | 1 pass, 1 FAIL | 2 pass |"
+    assert lines[3] == "| `test_b.py::test_once` | FAIL: AssertionError: stored=2.0, but should be 1.5 | pass |"

@@ -47,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--only", action="append", default=[], metavar="PROPERTY",
                           help="run only this property (id <file>::<test>, see `rbcheck list`; repeatable)")
     validate.add_argument("--known-failures", metavar="FILE", default=None,
-                          help="known-failures file (one property or test id per line, then # reason), "
-                          "instead of each implementation's own")
+                          help="known-failures file (a property or test id per entry, with indented "
+                          "'message: <regex>' and 'reason: <text>' lines), instead of each implementation's own")
     validate.add_argument("--third-party-informational", action="store_true",
                           help="failures of the built-in third-party adapters do not set the exit status")
     validate.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",

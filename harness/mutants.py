@@ -720,7 +720,7 @@ MUTANTS = (
         "bad_parameters_accepted",
         "alpha, beta or eps out of range accepted",
         ("test_bad_input.py",),
-        ("test_bad_buffer_description_is_refused",),
+        ("test_bad_buffer_description_is_refused", "test_parameters_outside_the_declared_range_are_refused"),
     ),
     Mutant(
         "missing_checkpoint_ignored",
@@ -827,7 +827,7 @@ MUTANTS = (
 # --------------------------------------------------------------------------
 
 
-from rbcheck.harness.protocol import Conventions  # noqa: E402 - this section's own import
+from rbcheck.harness.protocol import Conventions, ParamRange  # noqa: E402 - this section's own import
 from rbcheck.reference.storage import check_index, last_occurrence  # noqa: E402
 from rbcheck.reference.sum_tree import MinTree, SumTree  # noqa: E402
 
@@ -978,7 +978,45 @@ def batch_max_control():
     )
 
 
+class PositiveAlphaSampler(PrioritizedSampler):
+    """The reference sampler refusing alpha = 0, as tianshou does (``alpha > 0``)."""
+
+    def __init__(self, capacity: int, alpha: float, beta: float, eps: float = 1e-8):
+        if not (isinstance(alpha, (int, float)) and alpha > 0):
+            raise ValueError(f"alpha={alpha!r}, but should be > 0")
+        super().__init__(capacity, alpha, beta, eps)
+
+
+POSITIVE_ALPHA = Conventions(
+    param_ranges={"alpha": ParamRange(0.0, math.inf, low_closed=False)},
+    notes={"param_ranges": "alpha > 0, as tianshou asserts"},
+)
+
+
+def _reference_with(name: str, conventions: Conventions, **components):
+    adapter = _adapter(name, **components)
+    adapter.name, adapter.conventions = name, conventions
+    return adapter
+
+
+def positive_alpha_control():
+    """The control: declares alpha in (0, inf) and refuses alpha = 0."""
+    return _reference_with("positive-alpha-control", POSITIVE_ALPHA, PrioritizedSampler=PositiveAlphaSampler)
+
+
+def alpha_range_declared_not_enforced():
+    """Declares alpha in (0, inf) but builds a buffer with alpha = 0."""
+    return _reference_with("mutant-alpha-range-declared-not-enforced", POSITIVE_ALPHA)
+
+
 CONVENTION_MUTANTS = (
+    Mutant(
+        "alpha_range_declared_not_enforced",
+        "a declared parameter range (alpha > 0) the buffer does not enforce",
+        ("test_bad_input.py",),
+        ("test_parameters_outside_the_declared_range_are_refused",),
+        control="positive_alpha_control",
+    ),
     Mutant(
         "float32_tree_transformed_twice",
         "a float32-tree buffer that transforms a priority twice (TorchRL 0.6-0.9)",
@@ -1005,4 +1043,5 @@ CONVENTION_MUTANTS = (
 )
 MUTANTS = (*MUTANTS, *CONVENTION_MUTANTS)
 
-__all__ = ["MUTANTS", "Mutant", *[m.factory for m in MUTANTS], "float32_tree", "batch_max_control"]
+__all__ = ["MUTANTS", "Mutant", *[m.factory for m in MUTANTS], "float32_tree", "batch_max_control",
+           "positive_alpha_control"]

@@ -46,6 +46,7 @@ from rbcheck.harness.assertions import (
 )
 from rbcheck.harness.oracle import reads_back, transform
 from rbcheck.harness.protocol import BufferSpec
+from rbcheck.harness.pytest_plugin import adapter_under_test
 
 pytestmark = pytest.mark.requires("bad_input")
 
@@ -85,8 +86,8 @@ def fill(buf, spec: BufferSpec) -> None:
         buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0, 3.0]))
     else:
         buf.extend(rows(WRITTEN))
-    if spec.sampler == "prioritized":
-        buf.update_priority(torch.tensor([0, 2]), torch.tensor([4.0, 0.25]))
+    if spec.sampler == "prioritized":  # in the declared dtype, as every priority the suite hands over
+        buf.update_priority(torch.tensor([0, 2]), adapter_under_test().conventions.priorities([4.0, 0.25]))
 
 
 def meta(shape, dtype=torch.float32) -> torch.Tensor:
@@ -208,6 +209,58 @@ SPEC_CATALOGUE = [
     SpecCase("batch_size_not_divisible_by_slice_len", SLICES.but(num_slices=None, slice_len=2, batch_size=5),
              "batch_size", ("slice",), deferred=True),
 ]
+
+
+def outside(rng) -> list[float]:
+    """Values just outside a declared :class:`ParamRange` (finite ends only):
+    an open end itself, or a step beyond a closed one."""
+    values = []
+    for end, closed, step in ((rng.low, rng.low_closed, -1.0), (rng.high, rng.high_closed, 1.0)):
+        if math.isfinite(end):
+            values.append(end + step * max(1e-3, abs(end) * 1e-3) if closed else end)
+    return values
+
+
+@pytest.mark.conventions("param_ranges")
+@pytest.mark.parametrize("name", ["alpha", "beta", "eps"])
+def test_parameters_outside_the_declared_range_are_refused(impl, name):
+    """exact: a prioritized buffer whose alpha, beta or eps lies just outside
+    the range the adapter declares (``conventions.param_range``: the spec's
+    alpha >= 0, 0 <= beta <= 1, eps >= 0 unless declared otherwise, e.g.
+    tianshou's alpha > 0) cannot be built (beta: or cannot sample), and one
+    at each closed end of the range can: a declared range is the range the
+    buffer enforces, not a licence to skip the values it dislikes."""
+    if not impl.has("prioritized"):
+        pytest.skip(f"unavailable: prioritized: {impl.unavailable['prioritized']}"
+                    if "prioritized" in impl.unavailable else "not declared: prioritized")
+    rng = impl.conventions.param_range(name)
+    for value in outside(rng):
+        spec = PRIORITIZED.but(**{name: value})
+        trace = Trace(impl, spec)
+        trace.op(f"make(spec)  # {name}={value!r} is outside the declared {rng.describe()}")
+        error = None
+        try:
+            buf = impl.make(spec)
+            if name == "beta":  # a per-sample argument in some buffers
+                fill(buf, spec)
+                trace.op("buf.sample(4)")
+                buf.sample(4)
+        except Exception as err:  # noqa: BLE001 - any refusal counts; ours are checked below
+            error = err
+        check_refusal(impl, error, name, trace)
+    for end, closed in ((rng.low, rng.low_closed), (rng.high, rng.high_closed)):
+        if not (closed and math.isfinite(end)):
+            continue
+        spec = PRIORITIZED.but(**{name: end})
+        trace = Trace(impl, spec)
+        trace.op(f"make(spec); fill; sample(4)  # {name}={end!r}, a closed end of {rng.describe()}")
+        try:
+            buf = impl.make(spec)
+            fill(buf, spec)
+            buf.sample(4)
+        except Exception as err:  # noqa: BLE001
+            fail(f"make/sample with {name}={end!r}", f"<raised {type(err).__name__}: {err}>",
+                 f"accepted ({end!r} is in the declared range {rng.describe()})", trace)
 
 
 def check_refusal(impl, error: BaseException | None, arg: str, trace: Trace) -> None:

@@ -67,7 +67,7 @@ def source(impl, spec: BufferSpec, extra: int = 0):
     buf = impl.make(spec)
     buf.extend(rows(6))
     if spec.sampler == "prioritized":
-        buf.update_priority(torch.tensor([1, 4]), torch.tensor([5.0, 0.5]))
+        buf.update_priority(torch.tensor([1, 4]), impl.conventions.priorities([5.0, 0.5]))
     buf.sample(3)
     if extra:
         buf.extend(rows(extra, 50))

@@ -62,7 +62,7 @@ def test_pin_step_is_last_and_sees_transformed_sample_and_info(impl, data):
     changed afterwards."""
     if impl.patch_pin_step is None:
         pytest.skip("adapter declares pin_memory but provides no patch_pin_step hook")
-    spec = data.draw(specs(declared_samplers(impl), with_transform=True), label="spec")
+    spec = data.draw(specs(declared_samplers(impl), with_transform=True, conventions=impl.conventions), label="spec")
     spec = spec.but(pin_memory=True)
     layout = data.draw(layouts(max_fields=3), label="layout")
     n = data.draw(st.integers(1, spec.capacity), label="rows written")
@@ -130,7 +130,7 @@ def test_returned_sample_is_pinned_on_cuda(impl, data):
     (after any transform, device=None included) and of info is pinned."""
     if not torch.cuda.is_available():  # pragma: no cover - `requires("cuda")` skips first
         pytest.skip("unavailable: cuda: torch.cuda.is_available() is False")
-    spec = data.draw(specs(declared_samplers(impl), with_transform=True), label="spec").but(
+    spec = data.draw(specs(declared_samplers(impl), with_transform=True, conventions=impl.conventions), label="spec").but(
         pin_memory=True
     )
     layout = data.draw(layouts(max_fields=3), label="layout")

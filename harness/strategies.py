@@ -21,7 +21,7 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict, TensorDictBase
 
-from rbcheck.harness.protocol import SPEC_PARAM_RANGES, BufferSpec, Conventions, ParamRange
+from rbcheck.harness.protocol import BufferSpec, Conventions, ParamRange
 
 __all__ = [
     "Field",

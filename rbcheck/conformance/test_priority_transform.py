@@ -37,7 +37,6 @@ from rbcheck.harness.assertions import (
     assert_close,
     fail,
     priority_tolerance,
-    weight_tolerance,
 )
 from rbcheck.harness.oracle import PriorityOracle
 from rbcheck.harness.protocol import BufferSpec

@@ -38,7 +38,7 @@ from rbcheck.harness.assertions import (
     assert_tensor_equal,
     fail,
 )
-from rbcheck.harness.assertions import priority_tolerance, weight_tolerance
+from rbcheck.harness.assertions import priority_tolerance
 from rbcheck.harness.oracle import PriorityOracle
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.stateful import declared_samplers, replay

@@ -10,8 +10,6 @@ import math
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from rbcheck.harness import report
 from rbcheck.harness.oracle import PriorityOracle, stratified_probabilities
 from rbcheck.harness.protocol import (

@@ -48,7 +48,7 @@ Mapping (nothing emulated but the uniform draw, see ``sample``):
   index 10**6 kills the process), so the adapter fails the test with that
   reason instead of corrupting the test process (docs/findings.md).
 * read-back: the priorities live in a C++ ``CppPrioritizedSampler`` the
-  Python class does not expose (pyx:1575 ``cdef``), and ``get_max_priority``
+  Python class does not expose (a ``cdef`` pointer, pyx:1580), and ``get_max_priority``
   (pyx:1804) alone is not a read-back of the slots: "priority_readback" is
   not declared; priorities are checked through sampling frequencies and
   weights.
@@ -80,7 +80,6 @@ import importlib
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -223,6 +222,8 @@ class CpprbBuffer:
             )
         idx = to_numpy(torch.as_tensor(index))
         if idx.dtype.kind in "iu" and idx.size and (idx.min() < 0 or idx.max() >= self.spec.capacity):
+            import pytest  # a FAIL with the reason, not an exception the property would count as a refusal
+
             pytest.fail(
                 f"update_priority(index={idx.tolist()}): {SRC} would accept it, but should "
                 f"refuse an index outside [0, capacity={self.spec.capacity}); not handed over, because "

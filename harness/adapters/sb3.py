@@ -5,7 +5,7 @@
 SB3's buffer stores transitions of a gymnasium environment in fixed arrays
 (``observations``, ``next_observations``, ``actions``, ``rewards``,
 ``dones``, ``timeouts``) of one dtype each, allocated in the constructor
-(:185-202). A row of any layout goes in whole as its raw bytes:
+(:211-228). A row of any layout goes in whole as its raw bytes:
 
 * buffer: ``ReplayBuffer(capacity, observation_space=Box(0, 255,
   (nbytes,), uint8), action_space=Box(-1, 1, (1,), float32), device="cpu",
@@ -14,22 +14,22 @@ SB3's buffer stores transitions of a gymnasium environment in fixed arrays
   size up front: the buffer is built in ``make(spec)`` from ``spec.layout``,
   or on the first write from that batch when the spec has none.
 * ``extend(data)``: SB3's ``extend(obs, next_obs, action, reward, done,
-  infos)`` (:91, one ``add`` per row, :221) with ``obs = next_obs =`` the
+  infos)`` (:91, one ``add`` per row, :247) with ``obs = next_obs =`` the
   rows' bytes (whatever leaves ``data`` has: SB3 checks only that the bytes
   fit its array) and zero action / reward / done; the slots written are
-  ``pos`` before the call onwards, round the ring (:254-257). ``add(row)``
+  ``pos`` before the call onwards, round the ring (:280-283). ``add(row)``
   is an extend of one row.
-* ``len``: ``size()`` (:77); ``cursor``: ``pos`` (:31, public attribute).
+* ``len``: ``size()`` (:77); ``cursor``: ``pos`` (:57, public attribute).
   SB3 keeps no count of rows written over its life: ``write_count`` is
   counted by the adapter.
 * ``contents()``: ``observations[:size(), 0]`` decoded (slot order).
-* ``sample(batch_size)``: SB3's ``ReplayBuffer.sample`` (:259, :272 ->
+* ``sample(batch_size)``: SB3's ``ReplayBuffer.sample`` (:285, :298 ->
   ``BaseBuffer.sample`` :106) returns ``ReplayBufferSamples`` without the
   indices. The adapter repeats its draw, ``batch_inds =
   np.random.randint(0, upper_bound, size=batch_size)`` with ``upper_bound =
-  buffer_size if full else pos`` (:87-88), and reads the rows with the
-  private ``_get_samples(batch_inds)`` (:281; it draws the env index from
-  ``np.random`` too, :283), both on NumPy's global generator with this
+  buffer_size if full else pos`` (:113-114), and reads the rows with the
+  private ``_get_samples(batch_inds)`` (:307; it draws the env index from
+  ``np.random`` too, :309), both on NumPy's global generator with this
   buffer's own state swapped in (seeded with ``spec.seed``; SB3 is seeded
   through NumPy's global seed, ``set_random_seed``). The rows are decoded
   from the returned ``observations``. tests/thirdparty checks that the
@@ -133,9 +133,9 @@ class SB3Buffer:
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
         rb = self.rb
         with self.stream.active():
-            upper_bound = rb.buffer_size if rb.full else rb.pos  # buffers.py:87
-            batch_inds = np.random.randint(0, upper_bound, size=batch_size)  # buffers.py:88
-            samples = rb._get_samples(batch_inds)  # buffers.py:281
+            upper_bound = rb.buffer_size if rb.full else rb.pos  # buffers.py:113
+            batch_inds = np.random.randint(0, upper_bound, size=batch_size)  # buffers.py:114
+            samples = rb._get_samples(batch_inds)  # buffers.py:307
         index = torch.as_tensor(np.asarray(batch_inds, dtype=np.int64))
         return self._rows(samples.observations.cpu().numpy()), {"index": index}
 

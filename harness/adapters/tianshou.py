@@ -8,14 +8,14 @@ below are under ``tianshou/data/``: ``buffer/buffer_base.py``,
 Mapping (read from tianshou's source, nothing emulated):
 
 * buffer: ``ReplayBuffer(capacity, random_seed=spec.seed)``
-  (buffer_base.py:71; the seed feeds its ``np.random.RandomState``, :95) /
+  (buffer_base.py:71; the seed feeds its ``np.random.RandomState``, :98) /
   ``PrioritizedReplayBuffer(capacity, alpha=spec.alpha, beta=spec.beta,
   random_seed=spec.seed)`` (prio.py:25, ``weight_norm=True``, its default).
   tianshou takes no eps (see conventions). It allocates its arrays on the
-  first ``add`` from that transition (``create_value``, buffer_base.py:490):
+  first ``add`` from that transition (``create_value``, buffer_base.py:497):
   ``spec.layout`` is not needed.
 * a row: tianshou stores transitions with the keys ``obs, act, rew,
-  terminated, truncated`` (required, buffer_base.py:61). The row's leaves go
+  terminated, truncated`` (required, buffer_base.py:62). The row's leaves go
   in ``obs`` as a nested ``Batch`` of NumPy arrays (any keys, shapes and
   dtypes: tianshou keeps them); ``act=0, rew=0.0, terminated=False,
   truncated=False`` fill the other required keys and are not part of the row.
@@ -25,13 +25,13 @@ Mapping (read from tianshou's source, nothing emulated):
 * ``len``: ``len(buf)`` (``_size``, buffer_base.py:235); ``cursor``:
   ``_insertion_idx`` (buffer_base.py:380, private: no public cursor).
   tianshou keeps no count of rows written over its life: ``write_count`` is
-  counted by the adapter and saved beside tianshou's file (see ``save``).
+  counted by the adapter and saved inside tianshou's file (see ``save``).
 * ``contents()``: ``get(arange(len), "obs")`` (buffer_base.py:557), slot order.
 * ``sample(batch_size)``: ``sample(batch_size)`` (buffer_base.py:547)
   returns ``(batch, indices)``: the rows are ``batch.obs``, ``info["index"]``
   the indices; for the prioritized buffer ``info["weight"]`` is
   ``batch.weight`` (prio.py:106). Uniform draws come from the buffer's own
-  seeded ``_random_state.choice`` (buffer_base.py:520); the prioritized draw
+  seeded ``_random_state.choice`` (buffer_base.py:517); the prioritized draw
   is ``np.random.rand(batch_size) * weight.reduce()`` then
   ``get_prefix_sum_idx`` (prio.py:65-66), from NumPy's *global* generator,
   not the buffer's seeded one (docs/findings.md).
@@ -41,9 +41,10 @@ Mapping (read from tianshou's source, nothing emulated):
   ``buf.weight[index]`` (segtree.py:31, float64); ``max_priority`` is
   ``_max_prio`` (prio.py:39, :89): the largest ``|p| + eps`` seen, 1.0 at
   first.
-* ``save(path)``: ``save_hdf5(path / "buffer.hdf5")`` (buffer_base.py:252)
-  plus ``path / "adapter.json"`` holding the adapter's write count (the
-  adapter reads it after tianshou's file, and refuses it when it is a link);
+* ``save(path)``: ``save_hdf5(path / "buffer.hdf5")`` (buffer_base.py:252),
+  which writes the buffer's whole ``__dict__`` (converter.py:93); the
+  adapter's write count rides in it as the attribute
+  ``rbcheck_write_count`` (so the checkpoint is tianshou's one file);
   ``load(path)``: ``load_hdf5`` (buffer_base.py:258, a classmethod that
   builds a new buffer, which replaces this one's).
 
@@ -54,7 +55,7 @@ Conventions of ``tianshou-per`` (``Conventions.notes`` cites each):
   (prio.py:47) where ``_max_prio`` already includes it;
 * priority dtype: the eps is float32's, and priorities handed over as
   float32 are transformed in float32 (NumPy keeps the array's dtype,
-  prio.py:87-88) before the float64 tree stores them (segtree.py:24);
+  prio.py:87-88) before the float64 tree stores them (segtree.py:25);
 * weights are divided by the batch's largest weight (``weight_norm=True``,
   prio.py:106);
 * ``alpha > 0`` is asserted (prio.py:36), so alpha = 0 is outside its range.
@@ -63,7 +64,6 @@ Conventions of ``tianshou-per`` (``Conventions.notes`` cites each):
 from __future__ import annotations
 
 import importlib
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,7 @@ PER_CONVENTIONS = Conventions(
     notes={
         "eps_rule": f"no eps argument; np.finfo(np.float32).eps added in update_weight ({SRC} buffer/prio.py:42, :87)",
         "priority_dtype": f"eps is float32's; float32 priorities are transformed in float32 ({SRC} buffer/prio.py:87-88), "
-        "then held in a float64 tree (utils/segtree.py:24)",
+        "then held in a float64 tree (utils/segtree.py:25)",
         "weight_normaliser": f"weight_norm=True (default): weight / weight.max() over the batch ({SRC} buffer/prio.py:106)",
         "param_ranges": f"assert alpha > 0.0 ({SRC} buffer/prio.py:36)",
     },
@@ -221,17 +221,12 @@ class TianshouBuffer:
     def save(self, path: Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        self.rb.rbcheck_write_count = self.written  # rides in the __dict__ save_hdf5 stores
         self.rb.save_hdf5(str(path / "buffer.hdf5"))
-        (path / "adapter.json").write_text(json.dumps({"write_count": self.written}))
 
     def load(self, path: Path) -> None:
-        path = Path(path)
-        rb = type(self.rb).load_hdf5(str(path / "buffer.hdf5"))
-        sidecar = path / "adapter.json"  # the adapter's own file: it refuses a link
-        if sidecar.is_symlink():
-            raise ValueError(f"{sidecar.name} is a symlink, but should be a regular file")
-        written = json.loads(sidecar.read_text())["write_count"]
-        self.rb, self.written = rb, int(written)
+        rb = type(self.rb).load_hdf5(str(Path(path) / "buffer.hdf5"))
+        self.rb, self.written = rb, int(getattr(rb, "rbcheck_write_count", len(rb)))
         self.layout = None  # taken from the loaded rows
 
 

@@ -147,6 +147,37 @@ def is_pickle(blob: bytes) -> bool:
     return last is not None and last[0] == "STOP" and last[1] == len(blob) - 1
 
 
+#: opcodes that make a pickle import or call something (what makes loading it unsafe)
+_IMPORTING = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX"}
+
+
+def embedded_pickle(blob: bytes, limit: int = 20_000) -> int | None:
+    """The offset of a complete pickle stream (protocol 2 to 5) that imports
+    or calls something, found anywhere inside ``blob`` (e.g. a pickle stored
+    as a byte dataset inside an HDF5 or npz container), or None. A stream
+    must parse from its PROTO header to its STOP and hold an importing opcode,
+    so tensor bytes that merely contain 0x80 0x04 do not count."""
+    start, tried = 0, 0
+    while tried < limit:
+        i = blob.find(b"\x80", start)
+        if i < 0 or i + 1 >= len(blob):
+            return None
+        start, tried = i + 1, tried + 1
+        if blob[i + 1] not in range(2, 6):
+            continue
+        names = set()
+        try:
+            for op, _, _pos in pickletools.genops(blob[i:]):
+                names.add(op.name)
+                if op.name == "STOP":
+                    break
+        except Exception:  # noqa: BLE001 - not a pickle stream at this offset
+            continue
+        if "STOP" in names and names & _IMPORTING:
+            return i
+    return None
+
+
 def _reject_constant(name: str):
     raise ValueError(f"non-standard JSON constant {name}")
 
@@ -203,8 +234,9 @@ def test_checkpoint_metadata_is_plain_json(impl, data):
 @given(data=st.data())
 def test_checkpoint_holds_no_pickle(impl, data):
     """exact: no file of the checkpoint is a pickle (one complete pickle
-    stream, any protocol), a torch.save zip archive, or named like one
-    (.pt, .pth, .pkl, .pickle)."""
+    stream, any protocol) or holds one (an importing pickle stream embedded
+    anywhere, e.g. in an HDF5 dataset, as tianshou's checkpoints do), is a
+    torch.save zip archive, or is named like one (.pt, .pth, .pkl, .pickle)."""
     spec, layout, trace, buf, _, _ = _draw_filled_buffer(impl, data)
     trace.let("path", None, "'ckpt'")
     with tempfile.TemporaryDirectory() as tmp:
@@ -219,6 +251,14 @@ def test_checkpoint_holds_no_pickle(impl, data):
                     f"format of {rel}",
                     "<a pickle stream>",
                     "JSON or safetensors, never pickle",
+                    trace,
+                )
+            inside = embedded_pickle(blob)
+            if inside is not None and blob[:4] != ZIP_HEADER:
+                fail(
+                    f"format of {rel}",
+                    f"<a pickle stream inside it, at byte {inside}>",
+                    "JSON or safetensors, never pickle (not even embedded in a container)",
                     trace,
                 )
             if blob[:4] == ZIP_HEADER:

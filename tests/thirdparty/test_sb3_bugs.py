@@ -29,13 +29,13 @@ def refuses(call) -> bool:
 
 
 @bug("a capacity of 0 or below silently becomes 1: buffer_size = max(buffer_size // n_envs, 1) "
-     "(common/buffers.py:172)")
+     "(common/buffers.py:198)")
 @pytest.mark.parametrize("capacity", [0, -4])
 def test_bad_capacity_is_refused(capacity):
     assert refuses(lambda: ReplayBuffer(capacity, OBS, ACT, device="cpu"))
 
 
-@bug("sample(0) returns an empty batch (np.random.randint(0, n, size=0), common/buffers.py:88)")
+@bug("sample(0) returns an empty batch (np.random.randint(0, n, size=0), common/buffers.py:114)")
 def test_batch_size_zero_is_refused():
     buf = ReplayBuffer(8, OBS, ACT, device="cpu")
     zero = np.zeros((1, 3), np.uint8)

@@ -38,7 +38,7 @@ def filled(buf, n: int = 8):
 
 @bug("PrioritizedReplayBuffer ignores random_seed: sample_indices draws np.random.rand "
      "(buffer/prio.py:65), not the seeded self._random_state the uniform buffer uses "
-     "(buffer/buffer_base.py:95, :520)")
+     "(buffer/buffer_base.py:98, :517)")
 def test_same_random_seed_gives_same_prioritized_draws():
     a = filled(PrioritizedReplayBuffer(8, alpha=0.6, beta=0.4, random_seed=1))
     b = filled(PrioritizedReplayBuffer(8, alpha=0.6, beta=0.4, random_seed=1))
@@ -59,7 +59,7 @@ def test_unnormalised_weights_follow_the_closed_form():
 
 
 @bug("a row that cannot be stored still moves the ring: add advances _insertion_idx and _size "
-     "(buffer/buffer_base.py:376-378) before the write that fails (:481-490)")
+     "(buffer/buffer_base.py:378-380) before the write that fails (:489-500)")
 def test_refused_row_leaves_the_buffer_unchanged():
     buf = filled(ReplayBuffer(8), 5)
     assert refuses(lambda: buf.add(row(np.zeros(3))))
@@ -74,7 +74,7 @@ def test_bad_batch_size_is_refused(size):
     assert refuses(lambda: buf.sample(size))
 
 
-@bug("capacity 0 and negative capacities are accepted (ReplayBuffer.__init__, buffer/buffer_base.py:85)")
+@bug("capacity 0 and negative capacities are accepted (ReplayBuffer.__init__, buffer/buffer_base.py:89)")
 @pytest.mark.parametrize("capacity", [0, -4])
 def test_bad_capacity_is_refused(capacity):
     assert refuses(lambda: ReplayBuffer(capacity))
@@ -107,3 +107,41 @@ def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     except Exception as err:  # noqa: BLE001 - the truncated file does not load at all
         held = f"load_hdf5 raised {type(err).__name__}"
     assert held == 6, held
+
+
+@bug("save_hdf5 pickles what HDF5 cannot hold -- the buffer's RandomState and, for the "
+     "prioritized buffer, its SegmentTree (utils/converter.py:140-146) -- and load_hdf5 unpickles "
+     "them (from_hdf5): loading a checkpoint runs whatever code it names")
+def test_checkpoint_holds_no_pickle(tmp_path):
+    import pickle
+
+    import h5py
+
+    path = str(tmp_path / "buffer.hdf5")
+    filled(PrioritizedReplayBuffer(8, alpha=0.6, beta=0.4)).save_hdf5(path)
+    unpickled = []
+    with h5py.File(path, "r") as f:
+        for name in f:
+            if f[name].attrs.get("__data_type__") not in (None, "ndarray", "Tensor", "Batch"):
+                unpickled.append(type(pickle.loads(f[name][()].tobytes())).__name__)
+    assert unpickled == [], unpickled
+
+
+@bug("a uniform buffer's checkpoint loads as a PrioritizedReplayBuffer without a word, and the "
+     "object has no priority tree: its first sample raises AttributeError "
+     "(load_hdf5 is cls.__new__ + __setstate__, buffer/buffer_base.py:258-262)")
+def test_checkpoint_of_another_buffer_class_is_refused(tmp_path):
+    path = str(tmp_path / "buffer.hdf5")
+    filled(ReplayBuffer(8)).save_hdf5(path)
+    assert refuses(lambda: PrioritizedReplayBuffer.load_hdf5(path))
+
+
+@bug("load_hdf5 opens the path it is given and follows a symlink out of the checkpoint "
+     "directory (h5py.File(path, 'r'), buffer/buffer_base.py:260)")
+def test_checkpoint_file_that_is_a_symlink_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere.hdf5"
+    filled(ReplayBuffer(8)).save_hdf5(str(elsewhere))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "buffer.hdf5").symlink_to(elsewhere)
+    assert refuses(lambda: ReplayBuffer.load_hdf5(str(ckpt / "buffer.hdf5")))

@@ -145,3 +145,16 @@ def test_checkpoint_file_that_is_a_symlink_is_refused(tmp_path):
     ckpt.mkdir()
     (ckpt / "buffer.hdf5").symlink_to(elsewhere)
     assert refuses(lambda: ReplayBuffer.load_hdf5(str(ckpt / "buffer.hdf5")))
+
+
+@bug("load_hdf5 takes the saved state as it finds it: HDF5 keeps no checksum and tianshou checks "
+     "nothing (buffer/buffer_base.py:258-262), so a damaged attribute loads as another state "
+     "(here a size larger than the capacity)")
+def test_damaged_checkpoint_is_refused(tmp_path):
+    import h5py
+
+    path = str(tmp_path / "buffer.hdf5")
+    filled(ReplayBuffer(8), 5).save_hdf5(path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["_size"] = 999
+    assert refuses(lambda: ReplayBuffer.load_hdf5(path))

@@ -5,9 +5,13 @@ state must agree (see harness/stateful.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from rbcheck.harness.stateful import run_against_model
 
 
+@pytest.mark.conventions("priority_dtype", "eps_rule", "new_priority", "weight_normaliser", "seedable",
+                         "param_ranges")
 def test_implementation_matches_reference_model(impl, reference_impl):
     """exact (contents, len, cursor, write count, extend/add slots, max
     priority, save->load next samples; indices under shared uniforms when

@@ -206,3 +206,24 @@ def test_report_shows_declared_conventions_next_to_the_results_they_affect():
     assert "- declared conventions (1 results checked under them" in markdown
     assert "  - weight_normaliser = batch_max (tianshou prio.py)" in markdown
     assert "convention: weight_normaliser = batch_max" in report.render_text(data)
+
+
+def test_an_unseedable_adapter_skips_exact_replay_with_the_reason_and_shows_the_convention():
+    """seedable=False: a property replaying draws exactly is skipped with
+    "convention: not seedable", and a property run under the convention says
+    so in its cell."""
+    import dataclasses
+
+    import rbcheck
+    from rbcheck.harness.adapters import load_adapter
+
+    unseedable = dataclasses.replace(load_adapter("reference"), name="unseedable",
+                                     conventions=Conventions(seedable=False))
+    report_data = rbcheck.check_buffer(unseedable, only=[
+        "test_sampling_distributions::test_same_uniforms_give_same_indices_as_reference",
+        "test_bad_input::test_parameters_outside_the_declared_range_are_refused",
+    ])
+    cells = {row["id"]: row["cells"]["unseedable"]["text"] for row in report_data["rows"]}
+    uniforms = cells["test_sampling_distributions.py::test_same_uniforms_give_same_indices_as_reference"]
+    assert uniforms.startswith("skipped (convention: not seedable"), uniforms
+    assert cells["test_bad_input.py::test_parameters_outside_the_declared_range_are_refused[alpha]"] == "pass"

@@ -46,6 +46,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves the mach
 
 import atexit
 import functools
+import gc
 import importlib
 import threading
 import warnings
@@ -179,6 +180,13 @@ def _lazy_storage(capacity: int, device: str = "cpu") -> Any:
 
 
 def _acquire() -> Any:
+    with _lock:
+        if _idle:
+            return _idle.pop()
+    # Buffers caught in reference cycles (a failure's traceback holds its
+    # frames) are only freed by the cycle collector; collecting now gives their
+    # actors back before a new one (a process importing torch) is started.
+    gc.collect()
     with _lock:
         if _idle:
             return _idle.pop()

@@ -32,6 +32,7 @@ from rbcheck.reference.prioritized_sampler import PrioritizedSampler
 from rbcheck.reference.random_sampler import RandomSampler
 from rbcheck.reference.slice_sampler import SliceSampler
 from rbcheck.reference.storage import TensorStorage
+from rbcheck.reference.sum_tree import SumTree
 from rbcheck.reference.writer import RoundRobinWriter
 
 
@@ -564,6 +565,455 @@ def policy_never_copied():
     return _adapter("policy-never-copied", place_policy=_never_copy_place_policy)
 
 
+# ==========================================================================
+# HISTORIC MUTANTS: each modelled on a bug as it shipped in a public replay
+# buffer (the catalogue in docs/coverage.md). ``reproduces`` in HISTORIC
+# names the issue or pull request. They are registered with the others in
+# MUTANTS (below) and caught by tests/meta/test_mutants_caught.py.
+# ==========================================================================
+
+
+def _historic(name: str, buffer_cls=ReplayBuffer, *, conventions=None, **components) -> object:
+    return buffer_adapter(
+        f"historic-{name}", "0", buffer_cls, CAPABILITIES,
+        components=SimpleNamespace(**components), place_policy=_place_policy,
+        pin_module="rbcheck.reference.pinning", conventions=conventions,
+    )
+
+
+# -- invariant 1: every sampled index is a live slot; its weight is its own ----
+
+
+class Float32PrefixSearchSampler(PrioritizedSampler):
+    """pytorch/rl #2230 (PR #2239): the sum tree is summed and searched in
+    float32 for the first prefix sum ABOVE the mass (``scan_lower_bound``).
+    A mass that rounds up to the float32 total runs past the filled part,
+    into a slot never written (leaf 0). ``sample`` computes the weight from
+    that slot's leaf (0: an infinite weight) and only then clamps the index
+    to ``len - 1``; the uniforms-to-slots map has no clamp at all."""
+
+    def _search(self, u: torch.Tensor) -> torch.Tensor:
+        level = self.sum_tree.nodes[self.sum_tree.size:].to(torch.float32)
+        levels = [level]
+        while len(level) > 1:  # the float32 tree: every inner sum rounded to float32
+            level = level[0::2] + level[1::2]
+            levels.append(level)
+        mass = (torch.as_tensor(u, dtype=torch.float64).cpu() * float(levels[-1][0])).to(torch.float32)
+        node = torch.zeros(len(mass), dtype=torch.long)
+        for below in reversed(levels[:-1]):
+            left = below[2 * node]
+            right = mass >= left  # lower bound: the first prefix sum > mass
+            mass = torch.where(right, mass - left, mass)
+            node = 2 * node + right.long()
+        return node
+
+    def indices_from_uniforms(self, u, size=None):
+        return self._search(u)
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        if len(storage) == 0:
+            raise ValueError("len(buffer)=0, but should be >= 1 to sample")
+        u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
+        index = self._search(u)
+        total, n = self.sum_tree.total(), len(storage)
+        p = self.sum_tree.nodes[self.sum_tree.size + index] / total
+        p_min = self.min_tree.min() / total
+        weight = (n * p) ** -self.beta / (n * p_min) ** -self.beta
+        index = index.clamp(max=n - 1)  # the clamp, after the weight was computed
+        return {"index": index, "weight": weight.to(torch.float32)}
+
+
+def float32_prefix_search_clamped_after_weight():
+    return _historic("float32-prefix-search", PrioritizedSampler=Float32PrefixSearchSampler)
+
+
+class CursorRangeSampler(PrioritizedSampler):
+    """ray-project/ray #7180: the range searched is ``[0, cursor)``, the
+    writer's next slot taken for the number of rows. Right after the ring
+    became exactly full the cursor is back at 0, the range is empty and the
+    sample raises IndexError (Ray's came out of its segment tree); once
+    wrapped, only the slots below the cursor are ever drawn."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        if len(storage) == 0:
+            raise ValueError("len(buffer)=0, but should be >= 1 to sample")
+        filled = cursor if cursor else len(storage) if len(storage) < storage.capacity else 0
+        leaves = self.sum_tree.nodes[self.sum_tree.size: self.sum_tree.size + filled]
+        prefix = torch.cumsum(leaves, 0)
+        u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
+        index = torch.searchsorted(prefix, u * prefix[-1], right=True)  # IndexError when empty
+        info = {"index": index}
+        total, n = self.sum_tree.total(), len(storage)
+        p = self.sum_tree.leaf(index) / total
+        info["weight"] = ((n * p) ** -self.beta / (n * self.min_tree.min() / total) ** -self.beta).float()
+        return info
+
+
+def sample_range_from_cursor():
+    return _historic("sample-range-from-cursor", PrioritizedSampler=CursorRangeSampler)
+
+
+# -- invariant 2: transformed once; a new row's priority by one declared rule --
+
+
+class NewRowsPriorityOneSampler(PrioritizedSampler):
+    """ray-project/ray #11750 (also pytorch/rl PR #2215, #2242): rows added
+    without a priority get priority 1, not the max priority seen."""
+
+    def on_write(self, index, priority=None) -> None:
+        if priority is None:
+            priority = torch.ones(len(torch.as_tensor(index)), dtype=torch.float64)
+        super().on_write(index, priority)
+
+
+def new_rows_get_priority_one():
+    return _historic("new-rows-get-priority-one", PrioritizedSampler=NewRowsPriorityOneSampler)
+
+
+class TwoWritersOfNewPriorityBuffer(ReplayBuffer):
+    """pytorch/rl #2211: two code paths write a new row's priority -- the
+    priority carried in the data, then the writer's default (the max seen)
+    over it -- so the data's priority is lost."""
+
+    def extend(self, data):
+        index = super().extend(data)
+        if self.prioritized and self.priority_of(data) is not None:
+            self.sampler.on_write(index, None)  # the second path: the default priority
+        return index
+
+
+def priority_written_by_two_paths():
+    return _historic("priority-written-by-two-paths", TwoWritersOfNewPriorityBuffer)
+
+
+# -- invariant 3: weights over a declared normaliser ----------------------------
+
+
+def batch_option_uses_memory_minimum():
+    """chainer/chainerrl PR #570: the "batch" weight normalisation option
+    (declared: weight_normaliser="batch_max") still divided by the weight of
+    the memory's smallest probability."""
+    from rbcheck.harness.protocol import Conventions
+
+    return _historic("batch-option-uses-memory-minimum",
+                     conventions=Conventions(weight_normaliser="batch_max"))
+
+
+# -- invariant 4: updates to overwritten slots; repeated slots ------------------
+
+
+class NoGenerationBuffer(ReplayBuffer):
+    """ray-project/ray #6534 (uber-research/ape-x #7): priorities from a batch
+    sampled before the ring moved on are applied by slot: samples carry no
+    write generation and updates are never checked against one."""
+
+    def sample(self, batch_size=None):
+        rows, info = super().sample(batch_size)
+        info.pop("generation", None)
+        return rows, info
+
+    def update_priority(self, index, priority, generation=None) -> None:
+        super().update_priority(index, priority)
+
+
+def stale_priorities_applied_by_slot():
+    return _historic("stale-priorities-applied-by-slot", NoGenerationBuffer)
+
+
+class NeverWrittenLiveBuffer(ReplayBuffer):
+    """pytorch/rl PR #4043: a slot never written (generation -1) is taken as
+    live, so an update may give it a priority and it can then be sampled."""
+
+    def update_priority(self, index, priority, generation=None) -> None:
+        from rbcheck.reference.storage import check_index
+
+        index = check_index(index, self.capacity)
+        self.sampler.update_priority(index, priority, None)
+
+
+def never_written_slot_taken_as_live():
+    return _historic("never-written-slot-taken-as-live", NeverWrittenLiveBuffer)
+
+
+class DeltaSumTree(SumTree):
+    """thu-ml/tianshou PR #94: an update writes each leaf (a repeated slot:
+    the last value) but adds to the inner sums every entry's change against
+    the leaf as it was BEFORE the update, repeats included: the sums no
+    longer match the leaves, and sampling follows the sums."""
+
+    def update(self, index, value) -> None:
+        from rbcheck.reference.storage import check_index, last_occurrence
+
+        index = check_index(index, self.capacity)
+        value = torch.as_tensor(value).to("cpu", torch.float64)
+        if len(index) == 0:
+            return
+        node = self.size + index
+        delta = value - self.nodes[node]  # against the values before the update
+        keep = last_occurrence(index, self.capacity)
+        self.nodes[node[keep]] = value[keep]  # the leaves: last write wins
+        node = node // 2
+        while int(node[0]) >= 1:
+            self.nodes.index_add_(0, node, delta)  # every entry's change, repeats included
+            node = node // 2
+
+
+class DeltaTreeSampler(PrioritizedSampler):
+    """A prioritized sampler over :class:`DeltaSumTree` (tianshou PR #94)."""
+
+    def __init__(self, capacity, alpha, beta, eps=1e-8):
+        super().__init__(capacity, alpha, beta, eps)
+        self.sum_tree = DeltaSumTree(capacity)
+
+
+def repeated_update_sums_every_entry():
+    return _historic("repeated-update-sums-every-entry", PrioritizedSampler=DeltaTreeSampler)
+
+
+# -- invariant 5: the ring keeps the last capacity rows, any batch size ---------
+
+
+class FoldedOnceWriter(RoundRobinWriter):
+    """pytorch/rl PR #1295: the slots of a batch are ``cursor + arange(n)``
+    folded ONCE (``- capacity`` past the end) instead of taken modulo the
+    capacity: a batch of more than twice the capacity gets slots past the
+    ring, and the extend fails."""
+
+    def next_indices(self, n: int) -> torch.Tensor:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n={n!r}, but should be an int >= 1")
+        raw = self.cursor + torch.arange(n)
+        index = torch.where(raw >= self.capacity, raw - self.capacity, raw)
+        rows = self.write_count + torch.arange(n)
+        fits = index < self.capacity
+        self.generation[index[fits]] = rows[fits]
+        self.write_count += n
+        self.cursor = self.write_count % self.capacity
+        return index
+
+
+class TwiceCapacityBuffer(ReplayBuffer):
+    def __init__(self, capacity=None, **kwargs):
+        super().__init__(capacity, **kwargs)
+        self.writer = FoldedOnceWriter(self.capacity)
+
+
+def extend_over_twice_capacity_fails():
+    return _historic("extend-over-twice-capacity", TwiceCapacityBuffer)
+
+
+class FullFlagFirstStorage(TensorStorage):
+    """assume-framework/assume PR #855: the "full" flag is raised when a
+    write reaches the second-to-last slot, before the last one is written:
+    len() is the capacity one row early, and the empty last slot can be
+    sampled."""
+
+    def set(self, index, data) -> None:
+        super().set(index, data)
+        if int(torch.as_tensor(index).max()) >= self.capacity - 2:
+            self.size = self.capacity
+
+
+def full_flag_set_before_the_write():
+    return _historic("full-flag-set-before-the-write", TensorStorage=FullFlagFirstStorage)
+
+
+class BatchCountingWriter(RoundRobinWriter):
+    """ray-project/ray #24393 (#10958): capacity counted in batches, not in
+    rows: the cursor and the write count move by one per batch, so the next
+    batch overwrites the rows the previous one just wrote."""
+
+    def next_indices(self, n: int) -> torch.Tensor:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n={n!r}, but should be an int >= 1")
+        index = (self.cursor + torch.arange(n)) % self.capacity
+        self.generation[index] = self.write_count
+        self.write_count += 1  # one batch
+        self.cursor = self.write_count % self.capacity
+        return index
+
+
+class BatchCountBuffer(ReplayBuffer):
+    def __init__(self, capacity=None, **kwargs):
+        super().__init__(capacity, **kwargs)
+        self.writer = BatchCountingWriter(self.capacity)
+
+
+def capacity_counted_in_batches():
+    return _historic("capacity-counted-in-batches", BatchCountBuffer)
+
+
+# -- invariant 6: slices contiguous, inside one episode ------------------------
+
+
+class StartAnywhereSliceSampler(SliceSampler):
+    """pytorch/rl #2208: a slice's start is drawn over all the rows of its
+    trajectory, not over the starts that leave room for slice_len rows, and
+    the slice runs on in write order: into the next trajectory, or across
+    the write cursor into the oldest rows."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        num_slices, slice_len = self.shape(batch_size)
+        order, start, length = self.trajectories(storage, cursor)
+        eligible = torch.nonzero(length >= slice_len if self.strict_length else length > 0).flatten()
+        if len(eligible) == 0:
+            raise ValueError(f"trajectories of length >= slice_len={slice_len}: 0, but should be >= 1")
+        pick = torch.rand(num_slices, generator=generator, dtype=torch.float64)
+        traj = eligible[torch.floor(pick * len(eligible)).long().clamp_(max=len(eligible) - 1)]
+        offset = torch.floor(torch.rand(num_slices, generator=generator, dtype=torch.float64)
+                             * length[traj]).long()
+        first = start[traj] + offset
+        position = torch.cat([(f + torch.arange(slice_len)) % len(order) for f in first.tolist()])
+        return {"index": order[position], "traj": traj.repeat_interleave(slice_len)}
+
+
+def slice_start_drawn_over_whole_trajectory():
+    return _historic("slice-start-over-whole-trajectory", SliceSampler=StartAnywhereSliceSampler)
+
+
+# -- invariant 7: save -> load is the identity -----------------------------------
+
+
+class TensorMetadataBuffer(ReplayBuffer):
+    """pytorch/rl #3055 (#3056): the prioritized sampler's metadata (its max
+    priority, kept as a 0-d tensor) is written with ``json.dump``, which
+    cannot encode a tensor: the save fails."""
+
+    def dumps(self, path) -> None:
+        meta = {"sampler": {k: v for k, v in self.sampler.state_dict().items() if "tree" not in k}}
+        if "max_priority" in meta["sampler"]:
+            meta["sampler"]["max_priority"] = torch.tensor(meta["sampler"]["max_priority"])
+        Path(path).mkdir(parents=True, exist_ok=True)
+        json.dumps(meta)  # TypeError: Object of type Tensor is not JSON serializable
+        super().dumps(path)
+
+
+def sampler_metadata_not_json_encodable():
+    return _historic("sampler-metadata-not-json", TensorMetadataBuffer)
+
+
+class FirstPathBuffer(ReplayBuffer):
+    """pytorch/rl PR #4388: the checkpointer remembers the first path it
+    saved to; a second checkpoint at a new path is written over the first
+    one, and the new path holds nothing to load."""
+
+    def dumps(self, path) -> None:
+        self._first_path = getattr(self, "_first_path", None) or Path(path)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        super().dumps(self._first_path)
+
+
+def second_checkpoint_at_new_path_lost():
+    return _historic("second-checkpoint-at-new-path", FirstPathBuffer)
+
+
+class FullFlagLostBuffer(ReplayBuffer):
+    """AI4Finance-Foundation/ElegantRL PR #299: the "full" flag is not
+    restored by a load: a wrapped buffer comes back with len == cursor."""
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self.writer.write_count > self.capacity:
+            self.storage.size = self.writer.cursor
+
+
+def full_flag_not_restored():
+    return _historic("full-flag-not-restored", FullFlagLostBuffer)
+
+
+class TopLevelOnlyStorage(TensorStorage):
+    """thu-ml/tianshou #728: a field is missing after load: nested keys are
+    not written to the checkpoint."""
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        kept = [i for i, k in enumerate(state["keys"]) if len(k) == 1]
+        return {**state, "keys": [state["keys"][i] for i in kept],
+                "columns": [state["columns"][i] for i in kept]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.data = None  # the fields it knows are the ones it saved
+        super().load_state_dict(state)
+
+
+def nested_field_missing_after_load():
+    return _historic("nested-field-missing-after-load", TensorStorage=TopLevelOnlyStorage)
+
+
+# -- invariant 8: a new buffer holds nothing it was not given --------------------
+
+_SCRATCH: dict = {}
+
+
+class ScratchDirStorage(TensorStorage):
+    """pytorch/rl #2437: storage kept in a scratch directory named after its
+    description; a new buffer with the same description reopens the previous
+    run's files: its rows and its size."""
+
+    def __init__(self, capacity, device="cpu"):
+        super().__init__(capacity, device)
+        previous = _SCRATCH.get((capacity, str(device)))
+        if previous is not None:
+            self.data, self.size = previous.data, previous.size
+        _SCRATCH[(capacity, str(device))] = self
+
+
+def scratch_dir_leaks_previous_run():
+    return _historic("scratch-dir-leaks-previous-run", TensorStorage=ScratchDirStorage)
+
+
+# -- invariant 9: device and pinning as asked -------------------------------------
+
+
+class CloneAfterPinBuffer(ReplayBuffer):
+    """pytorch/rl #2404: pinned memory lost: the sample is copied (cloned)
+    after the pin step, and a clone is not pinned."""
+
+    def sample(self, batch_size=None):
+        rows, info = super().sample(batch_size)
+        if self.pin_memory:
+            rows = rows.clone()
+        return rows, info
+
+
+def pinned_sample_cloned_after_pinning():
+    return _historic("pinned-sample-cloned", CloneAfterPinBuffer)
+
+
+class HostWeightsSampler(PrioritizedSampler):
+    """pytorch/rl #2518: the weights are left on the host while the indices
+    are on the buffer's device (visible with a CUDA buffer only)."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        info = super().sample(storage, batch_size, generator, cursor)
+        info["index"] = info["index"].to(storage.device)
+        info["weight"] = info["weight"].cpu()
+        return info
+
+
+def weights_left_on_host():
+    return _historic("weights-left-on-host", PrioritizedSampler=HostWeightsSampler)
+
+
+class LoadIntoHeldRowsStorage(TensorStorage):
+    """rbcheck's own ``device`` variant before its fix (issue 12): a load
+    copies the checkpoint into the rows the storage already holds, which a
+    shallow copy shares with the live buffer: a load refused later (the
+    sampler differs) leaves the checkpoint's rows in the live buffer."""
+
+    def load_state_dict(self, state: dict) -> None:
+        held = self.data
+        super().load_state_dict(state)
+        if held is not None and self.data is not None and set(held.keys(True, True)) == set(
+                self.data.keys(True, True)):
+            held.update_(self.data)  # into the held (shared) memory
+            self.data = held
+
+
+def refused_load_writes_into_held_rows():
+    return _historic("refused-load-writes-into-held-rows", TensorStorage=LoadIntoHeldRowsStorage)
+
+
 # --------------------------------------------------------------------------
 # 8. priorities in another float dtype (modelled on TorchRL 0.14.1)
 # --------------------------------------------------------------------------
@@ -602,6 +1052,8 @@ class Mutant:
     #: the adapter that must pass the same targets (the control): "reference",
     #: or a factory of this module for a mutant declaring conventions
     control: str = "reference"
+    reproduces: str = ""  # historic mutants: the public issue / PR it is modelled on
+    needs_cuda: bool = False  # observable only on a CUDA buffer (--rbcheck-device cuda)
 
 
 MUTANTS = (
@@ -1043,5 +1495,73 @@ CONVENTION_MUTANTS = (
 )
 MUTANTS = (*MUTANTS, *CONVENTION_MUTANTS)
 
-__all__ = ["MUTANTS", "Mutant", *[m.factory for m in MUTANTS], "float32_tree", "batch_max_control",
+RB = "test_real_bugs.py"
+HISTORIC = (
+    Mutant("float32_prefix_search_clamped_after_weight",
+           "float32 prefix search past the filled part, clamped after the weight",
+           (RB, "test_model_comparison.py"),
+           ("test_sampled_slots_are_live_and_weights_belong_to_them", "test_implementation_matches_reference_model"),
+           "pytorch/rl #2230 (PR #2239)"),
+    Mutant("sample_range_from_cursor", "sampling right after the ring became exactly full fails",
+           (RB,), ("test_sampled_slots_are_live_and_weights_belong_to_them",), "ray-project/ray #7180"),
+    Mutant("new_rows_get_priority_one", "new rows given priority 1 instead of the max",
+           ("test_priority_transform.py",), ("test_writer_default_priority_is_transformed_once",),
+           "ray-project/ray #11750; pytorch/rl PR #2215, #2242"),
+    Mutant("priority_written_by_two_paths", "two code paths write a new row's priority",
+           ("test_priority_transform.py",), ("test_priority_key_in_data_is_transformed_once",),
+           "pytorch/rl #2211"),
+    Mutant("batch_option_uses_memory_minimum", "the declared batch normaliser divides by the memory minimum",
+           ("test_sampling_distributions.py", "test_model_comparison.py"),
+           ("test_weights_are_normalised_over_the_buffer_not_the_batch",
+            "test_implementation_matches_reference_model"),
+           "chainer/chainerrl PR #570"),
+    Mutant("stale_priorities_applied_by_slot", "priorities of an old sample applied to recycled slots",
+           ("test_sampling_distributions.py",), ("test_stale_priority_updates_are_ignored",),
+           "ray-project/ray #6534; uber-research/ape-x #7"),
+    Mutant("never_written_slot_taken_as_live", "a never-written slot taken as live by an update",
+           ("test_bad_input.py",), ("test_bad_input_is_refused_and_nothing_changes",), "pytorch/rl PR #4043"),
+    Mutant("repeated_update_sums_every_entry", "a repeated slot in one update summed twice in the tree",
+           (RB,), ("test_update_with_repeated_slots_samples_by_the_last_entry",), "thu-ml/tianshou PR #94"),
+    Mutant("extend_over_twice_capacity_fails", "an extend of more than 2x capacity gets slots past the ring",
+           (RB,), ("test_ring_keeps_the_last_capacity_rows_for_any_batch_size",), "pytorch/rl PR #1295"),
+    Mutant("full_flag_set_before_the_write", "the full flag set before the write",
+           (RB, "test_ring_eviction.py"),
+           ("test_ring_keeps_the_last_capacity_rows_for_any_batch_size",
+            "test_ring_eviction_matches_reference_and_closed_form"),
+           "assume-framework/assume PR #855"),
+    Mutant("capacity_counted_in_batches", "capacity counted in batches, not rows",
+           (RB, "test_ring_eviction.py"),
+           ("test_ring_keeps_the_last_capacity_rows_for_any_batch_size",
+            "test_ring_eviction_matches_reference_and_closed_form"),
+           "ray-project/ray #24393, #10958"),
+    Mutant("slice_start_drawn_over_whole_trajectory", "slices run into the next trajectory",
+           ("test_trajectory_slices.py",), ("test_slices_are_contiguous_and_inside_one_episode",),
+           "pytorch/rl #2208"),
+    Mutant("sampler_metadata_not_json_encodable", "sampler metadata that JSON cannot encode",
+           (RB,), ("test_save_load_chain_and_carrying_on_match_no_checkpoint",), "pytorch/rl #3055 (#3056)"),
+    Mutant("second_checkpoint_at_new_path_lost", "a second checkpoint at a new path fails",
+           (RB,), ("test_save_load_chain_and_carrying_on_match_no_checkpoint",), "pytorch/rl PR #4388"),
+    Mutant("full_flag_not_restored", "the full flag not restored by a load",
+           ("test_checkpoint_roundtrip.py", RB),
+           ("test_save_load_round_trips_exactly", "test_save_load_chain_and_carrying_on_match_no_checkpoint"),
+           "AI4Finance-Foundation/ElegantRL PR #299"),
+    Mutant("nested_field_missing_after_load", "a field missing after load",
+           ("test_checkpoint_roundtrip.py", RB),
+           ("test_save_load_round_trips_exactly", "test_save_load_chain_and_carrying_on_match_no_checkpoint"),
+           "thu-ml/tianshou #728"),
+    Mutant("scratch_dir_leaks_previous_run", "a new buffer shows a previous run's rows",
+           (RB,), ("test_new_buffer_holds_nothing_it_was_not_given",), "pytorch/rl #2437"),
+    Mutant("pinned_sample_cloned_after_pinning", "pinned memory lost by a copy after the pin step",
+           ("test_pin_memory.py",), ("test_pin_step_is_last_and_sees_transformed_sample_and_info",),
+           "pytorch/rl #2404"),
+    Mutant("weights_left_on_host", "weights left on another device than the indices",
+           (RB,), ("test_sampled_slots_are_live_and_weights_belong_to_them",), "pytorch/rl #2518",
+           needs_cuda=True),
+    Mutant("refused_load_writes_into_held_rows", "a refused load writes the checkpoint into live rows",
+           ("test_checkpoint_faults.py",), ("test_checkpoint_that_does_not_fit_is_refused",),
+           "rbcheck issue 12 (the device variant's data loss)"),
+)
+MUTANTS = (*MUTANTS, *HISTORIC)
+
+__all__ = ["HISTORIC", "MUTANTS", "Mutant", *[m.factory for m in MUTANTS], "float32_tree", "batch_max_control",
            "positive_alpha_control"]

@@ -1,9 +1,9 @@
 """Comparison helpers whose failures explain themselves.
 
 Every failure reads ``<what>=<got>, but should be <expected> [<call>(<spec>)]``
-followed by a repro snippet: the adapter, the :class:`BufferSpec` and the
-operations the test performed, as Python you can paste (after
-``from harness.strategies import *``).
+followed by a repro snippet: the adapter (the ``--impl`` string the run was
+given), the :class:`BufferSpec` and the operations the test performed, as
+Python that runs as pasted in a fresh interpreter (tests/meta runs each one).
 
 Kinds of check (DESIGN.md):
 
@@ -81,8 +81,9 @@ def loadable_name(adapter: Any) -> str:
         from rbcheck.harness import pytest_plugin
 
         state = getattr(pytest_plugin, "_current", None)
-        if state is not None and state.adapter is adapter:
-            return str(state.impl_name)
+        name = adapter if isinstance(adapter, str) else getattr(adapter, "name", None)
+        if state is not None and (state.adapter is adapter or name == state.adapter.name):
+            return str(state.impl_name)  # also a --rbcheck-device copy, or the adapter's name
     except Exception:  # noqa: BLE001 - the name is only used in messages
         pass
     return str(getattr(adapter, "name", adapter))
@@ -98,9 +99,10 @@ class Trace:
     """
 
     def __init__(self, adapter: Any, spec: Any = None) -> None:
-        self.adapter = adapter if isinstance(adapter, str) else loadable_name(adapter)
+        self.adapter = loadable_name(adapter)
         self.spec = spec
         self.lets: list[str] = []
+        self.imports: list[str] = []
         self.ops: list[str] = []
         self._names: dict[int, str] = {}
 
@@ -108,6 +110,11 @@ class Trace:
     def let(self, name: str, value: Any, expr: str | None = None) -> Any:
         self.lets.append(f"{name} = {expr if expr is not None else repr(value)}")
         return value
+
+    def need(self, statement: str) -> None:
+        """An import the snippet needs (e.g. ``"from rbcheck.reference import ChainEnv"``)."""
+        if statement not in self.imports:
+            self.imports.append(statement)
 
     def name(self, obj: Any, expr: str) -> Any:
         """Render ``obj`` as ``expr`` when it is passed to a wrapped buffer."""
@@ -130,10 +137,11 @@ class Trace:
 
     def snippet(self) -> str:
         lines = [
-            "from harness.adapters import load_adapter",
-            "from harness.protocol import BufferSpec",
-            "from harness.strategies import *",
+            "from rbcheck.harness.adapters import load_adapter",
+            "from rbcheck.harness.protocol import BufferSpec, Conventions",
+            "from rbcheck.harness.strategies import *",
             "import torch",
+            *self.imports,
             *self.lets,
             f"buf = load_adapter({self.adapter!r}).make({self.spec!r})",
             *self.ops,

@@ -59,6 +59,7 @@ import json
 import os
 import re
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,9 +67,9 @@ from typing import Any
 
 import pytest
 import torch
-
 from rbcheck.harness.adapters import AdapterLoadError, load_adapter
 from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
+
 from rbcheck.plugin import DEFAULT_IMPL, DEFAULT_PROFILE, PROFILES
 
 RESULTS_SCHEMA = 1
@@ -256,6 +257,8 @@ class State:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     hid_new: list[str] = field(default_factory=list)
+    shrink_seconds: float | None = None
+    started: float = 0.0
 
 
 _STATE_KEY = pytest.StashKey[State]()
@@ -349,9 +352,62 @@ def pytest_configure(config: pytest.Config) -> None:
             state.known_failures = parse_known_failures(state.known_failures_path)
         except KnownFailureError as err:
             raise pytest.UsageError(str(err)) from err
+    state.shrink_seconds = shrink_budget(config, impl_name)
+    apply_shrink_budget(state.shrink_seconds)
     config.stash[_STATE_KEY] = state
     _outer.append(_current)
     _current = state
+
+
+#: rbcheck's own implementations: their counterexamples are shrunk to the minimum.
+OWN_IMPLEMENTATIONS = frozenset({"reference", "device", "triton"})
+#: seconds Hypothesis may shrink one failing property of any other implementation
+THIRD_PARTY_SHRINK_SECONDS = 2.0
+
+
+def shrink_budget(config: pytest.Config, impl_name: str) -> float | None:
+    """Seconds of shrinking per failing property: ``--rbcheck-shrink-seconds``
+    / ``RBCHECK_SHRINK_SECONDS``, else None (Hypothesis' own limit) for
+    rbcheck's own implementations and THIRD_PARTY_SHRINK_SECONDS for others:
+    a buffer that fails much would otherwise spend minutes minimising
+    counterexamples (each failing property may shrink for up to 5 minutes)."""
+    raw = config.getoption("rbcheck_shrink_seconds", default=None) or os.environ.get("RBCHECK_SHRINK_SECONDS")
+    if raw is None or raw == "":
+        return None if impl_name in OWN_IMPLEMENTATIONS else THIRD_PARTY_SHRINK_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise pytest.UsageError(f"rbcheck shrink seconds={raw!r}, but should be a number >= 0")
+    return value
+
+
+def apply_shrink_budget(seconds: float | None) -> None:
+    """Bound Hypothesis' shrinking of one failing test to ``seconds`` (its
+    engine's per-test shrink deadline); 0 drops the shrink phase from the
+    loaded profile. None leaves Hypothesis' defaults."""
+    if seconds is None:
+        return
+    from hypothesis import Phase, settings
+    from hypothesis.internal.conjecture import engine
+
+    if seconds == 0 or not hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        phases = tuple(p for p in settings().phases if p is not Phase.shrink)
+        settings.register_profile("rbcheck-no-shrink", settings(settings(), phases=phases))
+        settings.load_profile("rbcheck-no-shrink")
+        return
+    engine.MAX_SHRINKING_SECONDS = seconds
+    report = getattr(engine, "report", None)
+    if callable(report) and not getattr(report, "rbcheck", False):
+        def budget_report(text, *args, **kwargs):  # Hypothesis' note says "five minutes"
+            if isinstance(text, str) and text.startswith("WARNING: Hypothesis has spent more than five"):
+                text = (f"rbcheck: shrinking stopped after its budget of {engine.MAX_SHRINKING_SECONDS:g} s "
+                        "(--rbcheck-shrink-seconds): the counterexample below may not be minimal")
+            return report(text, *args, **kwargs)
+
+        budget_report.rbcheck = True
+        engine.report = budget_report
 
 
 def on_device(adapter: Adapter, device: str) -> Adapter:
@@ -629,6 +685,44 @@ def _falsifying_example(lines: list[str]) -> str:
     return ""
 
 
+_REPRO_HEAD = re.compile(r"^Repro \(adapter .*\):$")
+
+
+def repro_snippets(report: pytest.TestReport) -> list[str]:
+    """Every repro snippet a failure printed (``Repro (adapter ...):`` then
+    its lines, indented four more, behind the same gutter: pytest's ``E``,
+    an exception group's bars), distinct, in order."""
+    out: list[str] = []
+    raw = (report.longreprtext or "").splitlines()
+    for i, line in enumerate(raw):
+        col = line.find("Repro (adapter ")
+        if col < 0 or not _REPRO_HEAD.match(line[col:].strip()):
+            continue
+        lead = line[:col]
+        body = []
+        for follow in raw[i + 1:]:
+            if not follow.startswith(lead + "    "):
+                break
+            body.append(follow[len(lead) + 4:])
+        snippet = "\n".join(body)
+        if snippet and snippet not in out:
+            out.append(snippet)
+    return out
+
+
+def distinct_failures(report: pytest.TestReport) -> list[str]:
+    """One line per distinct failure of a test: each explained exception
+    (``<Error>: ... but should be ...``) of a Hypothesis exception group, or the
+    one failure; in order, without repeats."""
+    seen: list[str] = []
+    for line in _plain_lines(report.longreprtext or ""):
+        if _EXCEPTION_LINE.match(line) and "but should be" in line:
+            text = one_line(line)
+            if text not in seen:
+                seen.append(text)
+    return seen or [failure_message(report)]
+
+
 def failure_message(report: pytest.TestReport) -> str:
     """``<explanation> | <Hypothesis falsifying example>`` on one line; for an
     exception group (Hypothesis found several bugs) the first explained one,
@@ -660,6 +754,32 @@ def property_name(item: pytest.Item) -> str:
     module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
     name = getattr(item, "originalname", None) or item.name
     return f"{module.removesuffix('.py')}::{name}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = session.config.stash.get(_STATE_KEY, None)
+    if state is not None:
+        state.started = time.monotonic()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """``FAILED <test> - <one-line reason>`` for every failed test, never cut
+    to the terminal's width (pytest's own summary drops the reason when the
+    test id fills an 80-column line, e.g. without a terminal)."""
+    state = config.stash.get(_STATE_KEY, None)
+    if state is None:
+        return
+    failed = [r for r in state.records.values() if r["outcome"] in ("fail", "error")]
+    if not failed:
+        return
+    terminalreporter.section("rbcheck: why each test failed")
+    for record in failed:
+        word = "FAILED" if record["outcome"] == "fail" else "ERROR"
+        reasons = record.get("failures") or [record["message"]]
+        terminalreporter.line(f"{word} {record['nodeid']} - {reasons[0]}")
+        for more in reasons[1:]:
+            terminalreporter.line(f"    and: {more}")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -725,9 +845,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         if hid:
             message = one_line(f"{message} [{hid}]", 600)
             state.hid_new.append(f"{report.nodeid}: {hid}")
-        record.update(outcome=outcome, message=message)
+        record.update(outcome=outcome, message=message, failures=distinct_failures(report),
+                      repros=repro_snippets(report))
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if crash is not None:  # pytest's own FAILED line: the one-line reason, not "ExceptionGroup: ..."
+            crash.message = message
     elif report.when == "call" and record["outcome"] == "not run":
         record.update(outcome="pass", message="")
+    if report.when == "call" or (report.when == "setup" and report.skipped):
+        record["seconds"] = round(record.get("seconds", 0.0) + float(report.duration), 3)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -748,6 +874,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "warnings": state.warnings,
         "known_failures_hid_new": state.hid_new,
         "exitstatus": int(exitstatus),
+        "shrink_seconds": state.shrink_seconds,
+        "seconds": round(time.monotonic() - state.started, 1) if state.started else None,
         "tests": list(state.records.values()),
     }
     state.results_path.parent.mkdir(parents=True, exist_ok=True)

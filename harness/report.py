@@ -63,6 +63,8 @@ class ImplResult:
     exitstatus: int | None = None
     warnings: list[str] = field(default_factory=list)
     tests: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float | None = None  # the run's wall time
+    shrink_seconds: float | None = None  # shrinking budget per failing property (None: Hypothesis')
 
     @classmethod
     def from_results(cls, name: str, payload: dict[str, Any]) -> ImplResult:
@@ -76,6 +78,8 @@ class ImplResult:
             exitstatus=payload.get("exitstatus"),
             warnings=list(payload.get("warnings", [])),
             tests=list(payload.get("tests", [])),
+            seconds=payload.get("seconds"),
+            shrink_seconds=payload.get("shrink_seconds"),
         )
 
 
@@ -156,8 +160,11 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
             row["cells"][result.name] = {
                 "outcome": test["outcome"],
                 "message": test.get("message", ""),
+                "failures": list(test.get("failures") or []),
                 "conventions": conventions,
-                "text": cell_text(test["outcome"], test.get("message", ""), conventions),
+                "text": cell_text(test["outcome"], test.get("message", ""), conventions)
+                + (f" (+{len(test['failures']) - 1} more distinct failures)"
+                   if len(test.get("failures") or []) > 1 else ""),
             }
     for row in rows.values():
         for result in results:
@@ -185,6 +192,8 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
             "conventions": result.conventions,
             "under_convention": under,
             "exitstatus": result.exitstatus,
+            "seconds": result.seconds,
+            "shrink_seconds": result.shrink_seconds,
             "warnings": result.warnings,
             "counts": counts,
             "robustness": robustness(result),
@@ -228,11 +237,20 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def run_time_text(info: dict[str, Any]) -> str:
+    """``"41.2 s (shrinking: at most 2 s per failing property)"`` or ``"--"``."""
+    if info.get("seconds") is None:
+        return "--"
+    budget = info.get("shrink_seconds")
+    bound = "unbounded (minimal counterexamples)" if budget is None else f"at most {budget:g} s per failing property"
+    return f"{info['seconds']:.1f} s (shrinking: {bound})"
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     order = report["order"]
     lines = ["# Conformance report", ""]
-    lines.append("| implementation | version | result |")
-    lines.append("|---|---|---|")
+    lines.append("| implementation | version | result | run time |")
+    lines.append("|---|---|---|---|")
     for name in order:
         info = report["implementations"][name]
         if info["status"] != "ran":
@@ -240,7 +258,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         else:
             summary = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
         kind = " (third party)" if info["third_party"] else ""
-        lines.append(f"| {name}{kind} | {_md_escape(info['version'])} | {_md_escape(summary)} |")
+        lines.append(f"| {name}{kind} | {_md_escape(info['version'])} | {_md_escape(summary)} "
+                     f"| {run_time_text(info)} |")
     lines += ["", "| property | " + " | ".join(order) + " |", "|---" * (len(order) + 1) + "|"]
     for row in report["rows"]:
         cells = [_md_escape(_clip(row["cells"][n]["text"], CELL_WIDTH_MD)) for n in order]
@@ -280,15 +299,17 @@ def render_markdown(report: dict[str, Any]) -> str:
                 lines.append(f"- warning: {warning}")
         lines.append("")
     details = [
-        (row["id"], name, row["cells"][name]["text"])
+        (row["id"], name, row["cells"][name])
         for row in report["rows"]
         for name in order
         if row["cells"][name]["outcome"] in ("fail", "error", "xpass")
     ]
     if details:
-        lines += ["## Failures in full", ""]
-        for rid, name, text in details:
-            lines.append(f"- **{name}** `{rid}`: {text}")
+        lines += ["## Failures in full", "", "Every distinct failure of a property (Hypothesis may find several).", ""]
+        for rid, name, cell in details:
+            lines.append(f"- **{name}** `{rid}`: {_md_escape(cell['text'])}")
+            for more in cell.get("failures", [])[1:]:
+                lines.append(f"  - also: {_md_escape(more)}")
         lines.append("")
     return "\n".join(lines)
 
@@ -308,7 +329,7 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"{name}: {info['status']} ({info['why']})")
         else:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
-            lines.append(f"{name} {info['version']}: {counts}")
+            lines.append(f"{name} {info['version']}: {counts} ({run_time_text(info)})")
             if info.get("robustness"):
                 lines.append(f"  {robustness_text(info['robustness'])}")
             for cap, why in sorted(info["unavailable"].items()):

@@ -123,7 +123,7 @@ def make_state_machine(
             self.trace = Trace(impl, spec)
             self.trace.let("layout", layout)
             note(f"layout = {layout!r}")
-            note(f"buf = load_adapter({impl.name!r}).make({spec!r})")
+            note(f"buf = load_adapter({self.trace.adapter!r}).make({spec!r})")
             self.sut = impl.make(spec)
             self.model = model.make(spec)
             if spec.sampler == "prioritized":

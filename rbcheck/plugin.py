@@ -59,6 +59,14 @@ def pytest_addoption(parser) -> None:
         help="known-failures file to use instead of the adapter's own",
     )
     group.addoption(
+        "--rbcheck-shrink-seconds",
+        dest="rbcheck_shrink_seconds",
+        default=None,
+        help="time Hypothesis may spend shrinking one failing property (env "
+        "RBCHECK_SHRINK_SECONDS; default: unbounded for rbcheck's own implementations, "
+        "2 s for others, so a broken buffer is reported quickly); 0 skips shrinking",
+    )
+    group.addoption(
         "--rbcheck-progress",
         dest="rbcheck_progress",
         action="store_true",

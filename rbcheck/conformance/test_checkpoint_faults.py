@@ -281,7 +281,7 @@ def test_damaged_checkpoint_is_refused_and_nothing_changes(impl, fault, tmp_path
         outside.mkdir()
         buf.save(ckpt)
         what, may_load = damage(ckpt, outside, count)
-        trace.op(f"buf.load(path)  # {fault}: {what}")
+        trace.op(f"buf.load({str(ckpt)!r})  # {fault}: {what}")
         problem = load_problem(impl, spec, ckpt, outside, saved, may_load, f"{fault}: {what}")
         if problem:
             problems.append(problem)
@@ -356,7 +356,12 @@ def test_checkpoint_that_does_not_fit_is_refused(impl, misfit, tmp_path):
     buf.extend(data)
     before = snapshot(buf, other)
     differs_in_every_slot(buf.contents(), saved.contents(), f"the {misfit} buffer")
-    trace.op(f"buf.load(path)  # {misfit}")
+    trace.spec = other
+    trace.need("from rbcheck.conformance.test_checkpoint_faults import rows")
+    trace.op(f"buf.extend({'rows(2, 100)' if misfit != 'field_layout_differs' else 'data'})  # {misfit}")
+    trace.let("data", None, "TensorDict({'obs': torch.full((2, 5), -1.0, dtype=torch.float64)}, batch_size=[2])")
+    trace.need("from tensordict import TensorDict")
+    trace.op(f"buf.load({str(tmp_path / 'ckpt')!r})  # written by a buffer of {spec!r}")
     try:
         buf.load(tmp_path / "ckpt")
     except Exception as err:  # noqa: BLE001
@@ -433,7 +438,8 @@ def test_interrupted_save_leaves_a_loadable_checkpoint(impl, how, tmp_path):
         buf_a.save(path)
         outcome = interrupted_save(buf_b, path, at, kill=how == "killed")
         outcomes.append(outcome)
-        trace.op(f"buf_a.save(path); buf_b.save(path)  # {how} at filesystem operation {at}: {outcome}")
+        trace.op(f"# buf_a.save(path); buf_b.save(path)  # {how} at filesystem operation {at}: {outcome}")
+        trace.op(f"buf.load({str(path)!r})")
         loaded = target(impl, spec)
         try:
             loaded.load(path)

@@ -228,9 +228,9 @@ def _checkpoint_call(call, what: str, expected: str, trace: Trace) -> None:
 @pytest.mark.requires("save_load")
 @pytest.mark.parametrize("sampler", ["random", "prioritized", "slice"])
 def test_save_load_chain_and_carrying_on_match_no_checkpoint(impl, sampler, tmp_path):
-    """exact: a buffer saved at path A, loaded into a new buffer, saved again at
-    a NEW path B, loaded again (and saved back over A and loaded) holds the
-    same state; writing and sampling on from the reloaded buffer gives what
+    """exact: a buffer saved at path A and then at a NEW path B loads back
+    from both with the same state, and so does the loaded buffer saved again
+    (B, then over A); writing and sampling on from the reloaded buffer gives what
     the never-saved twin gives (same contents, and with a seedable generator
     the same samples), slices included (episode bookkeeping after a load)."""
     if not impl.has(sampler):
@@ -242,6 +242,8 @@ def test_save_load_chain_and_carrying_on_match_no_checkpoint(impl, sampler, tmp_
     spec = BufferSpec(capacity=12, sampler=sampler, seed=5, **extra, layout=spec_layout(data))
     trace = Trace(impl, spec)
     trace.let("episodes", episodes)
+    trace.need("from pathlib import Path")
+    trace.let("path", None, f"Path({str(tmp_path)!r})")
     twin, buf = impl.make(spec), impl.make(spec)
     for b in (twin, buf):
         b.extend(data[:9])
@@ -249,15 +251,22 @@ def test_save_load_chain_and_carrying_on_match_no_checkpoint(impl, sampler, tmp_
     trace.op("buf.extend(episodes.batch()[:9]); buf.extend(episodes.batch()[9:20])")
     k = 4
     path = tmp_path
-    for step, name in enumerate(["A", "B", "A"]):
-        trace.op(f"buf.save(path / {name!r})")
-        _checkpoint_call(lambda: buf.save(path / name), f"buf.save(path / {name!r})",
-                         "a checkpoint written", trace)
-        fresh = impl.make(spec.but(seed=spec.seed + 1 + step))
-        trace.op(f"buf = load_adapter(...).make(spec); buf.load(path / {name!r})")
-        _checkpoint_call(lambda: fresh.load(path / name), f"buf.load(path / {name!r}) (save number {step + 1})",
-                         "the state just saved there", trace)
-        buf = fresh
+    for step, (first, second) in enumerate([("A", "B"), ("B", "A")]):
+        for name in (first, second):  # a second checkpoint from the same buffer, at a new path
+            trace.op(f"buf.save(path / {name!r})")
+            _checkpoint_call(lambda name=name, buf=buf: buf.save(path / name), f"buf.save(path / {name!r})",
+                             "a checkpoint written", trace)
+        loaded = []
+        for name in (second, first):
+            fresh = impl.make(spec.but(seed=spec.seed + 1 + step))
+            trace.op(f"buf = load_adapter({trace.adapter!r}).make({spec!r}); buf.load(path / {name!r})")
+            _checkpoint_call(lambda fresh=fresh, name=name: fresh.load(path / name),
+                             f"buf.load(path / {name!r}) (the buffer saved at {first!r} then {second!r})",
+                             "the state just saved there", trace)
+            loaded.append(fresh)
+        _assert_same_state(f"loaded from {second!r} vs from {first!r}", _observe(loaded[0], spec, k, False),
+                           _observe(loaded[1], spec, k, False), trace)
+        buf = loaded[0]
     trace.op("buf.extend(episodes.batch()[20:])  # carry on; compare with a twin never saved")
     for b in (twin, buf):
         b.extend(data[20:])
@@ -281,12 +290,13 @@ def test_new_buffer_holds_nothing_it_was_not_given(impl, sampler, tmp_path):
     trace.op("old = buf; old.extend(layout.batch(1000, 6))")
     if impl.has("save_load"):
         old.save(tmp_path / "old")
-        trace.op("old.save('old')")
+        trace.op(f"old.save({str(tmp_path / 'old')!r})")
     for alive in (True, False):
         if not alive:
             del old
             gc.collect()
-        trace.op(f"buf = load_adapter(...).make(spec)  # the first buffer {'alive' if alive else 'dropped'}")
+        trace.op(f"buf = load_adapter({trace.adapter!r}).make({spec!r})  # the first buffer "
+                 f"{'alive' if alive else 'dropped'}")
         buf = impl.make(spec)
         state = (len(buf), buf.cursor, buf.write_count)
         assert_same("(len, cursor, write_count) of a new buffer", state, (0, 0, 0), trace)

@@ -126,10 +126,10 @@ def test_uniform_sampling_matches_closed_form(impl, capacity, written):
     trace = Trace(impl, spec)
     trace.let("layout", LAYOUT)
     buf = impl.make(spec)
-    trace.op(f"buf.extend(...)  # {written} rows, {min(capacity, written)} at a time")
     done = 0
     while done < written:
         n = min(capacity, written - done)
+        trace.op(f"buf.extend(layout.batch({done}, {n}))")
         buf.extend(LAYOUT.batch(done, n))
         done += n
     size = min(capacity, written)

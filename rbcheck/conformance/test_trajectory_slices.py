@@ -210,6 +210,8 @@ def test_trajectory_example_runs_as_written(impl):
         capacity=capacity, sampler="slice", slice_len=slice_len, batch_size=batch, seed=0
     )
     trace = Trace(impl, spec)
+    trace.need("from rbcheck.reference import ChainEnv, SyncCollector")
+    trace.need("from rbcheck.conformance.test_trajectory_slices import GoRight")
     trace.op(
         "collector = SyncCollector(ChainEnv(length=9, max_steps=12, slip=0.3, seed=0), GoRight(), buf, "
         "frames_per_batch=16, total_frames=96); list(collector)"

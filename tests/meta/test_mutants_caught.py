@@ -61,7 +61,50 @@ def _print_table(request):
         print(text)
 
 
-def run_conformance(impl: str, files, targets, results: Path) -> subprocess.CompletedProcess:
+#: Runs every repro snippet of a results file in a fresh interpreter, each in
+#: its own namespace, from an empty directory: a snippet must not fail on a
+#: missing name or import (the buffer's own error is what it reproduces).
+SNIPPET_RUNNER = r"""
+import json, sys
+bad = []
+for i, text in enumerate(json.load(open(sys.argv[1]))):
+    try:
+        exec(compile(text, f"<repro {i}>", "exec"), {"__name__": "__repro__"})
+    except (NameError, SyntaxError, ImportError) as err:
+        bad.append(f"{type(err).__name__}: {err}\n{text}")
+    except BaseException:  # noqa: BLE001 - the buffer's error: the failure reproduced
+        pass
+print(json.dumps(bad))
+"""
+
+
+def repros(results: Path) -> list[str]:
+    """Every distinct repro snippet printed by a failure of the run."""
+    out: list[str] = []
+    for record in json.loads(results.read_text())["tests"]:
+        for snippet in record.get("repros", []):
+            if snippet not in out:
+                out.append(snippet)
+    return out
+
+
+def run_snippets(snippets: list[str], workdir: Path) -> list[str]:
+    """The snippets that fail on a name or an import, with the error."""
+    if not snippets:
+        return []
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = workdir / "snippets.json"
+    source.write_text(json.dumps(snippets))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RBCHECK_")}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run([sys.executable, "-c", SNIPPET_RUNNER, str(source)], cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    if proc.returncode:
+        return [f"snippet runner exit status={proc.returncode}: {proc.stderr[-1000:]}"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_conformance(impl: str, files, targets, results: Path, extra=()) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("RBCHECK_IMPL", "RBCHECK_PROFILE")}
     env["OMP_NUM_THREADS"] = "1"  # the runs go in parallel, one per core
     cmd = [
@@ -82,6 +125,7 @@ def run_conformance(impl: str, files, targets, results: Path) -> subprocess.Comp
         "ignore::DeprecationWarning",
         "-k",
         " or ".join(targets),
+        *extra,
     ]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
@@ -150,8 +194,10 @@ def runs(request):
             if m.factory not in selected:
                 continue
             path = tmp / f"{m.factory}.json"
+            device = ("--rbcheck-device", "cuda") if m.needs_cuda and torch.cuda.is_available() else ()
             future = pool.submit(
-                run_conformance, f"rbcheck.harness.mutants:{m.factory}", m.files, m.targets, path
+                run_conformance, f"rbcheck.harness.mutants:{m.factory}", m.files, m.targets, path,
+                device,
             )
             jobs[m.factory] = (future, path)
         yield jobs
@@ -163,11 +209,16 @@ def runs(request):
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.factory for m in MUTANTS])
 def test_mutant_is_caught(mutant: Mutant, runs):
     """The targeted conformance property fails on the mutant, with a message
-    in the ``<what>=<got>, but should be <expected>`` form."""
+    in the ``<what>=<got>, but should be <expected>`` form; every repro snippet
+    its failures printed loads the adapter string the run was given and runs
+    in a fresh interpreter without a missing name or import."""
     if mutant.factory == "pin_memory_silently_ignored" and torch.cuda.is_available():
         pytest.skip(
             "pin_memory=True is valid with an accelerator: this bug class only exists without one"
         )
+    if mutant.needs_cuda and not torch.cuda.is_available():
+        pytest.skip(f"{mutant.reproduces}: visible only on a CUDA buffer (run with a GPU; "
+                    "the runs use --rbcheck-device cuda there)")
     future, results = runs[mutant.factory]
     proc = future.result(timeout=2 * TIMEOUT_S)
     tail = (proc.stdout + proc.stderr)[-3000:]
@@ -190,6 +241,14 @@ def test_mutant_is_caught(mutant: Mutant, runs):
     assert "but should be" in message, (
         f"failure message={message!r}, but should explain itself ('<what>=<got>, but should be <expected>')"
     )
+    impl_arg = f"rbcheck.harness.mutants:{mutant.factory}"
+    snippets = repros(results)
+    assert snippets, f"repro snippets of the failures={snippets}, but should be at least one\n{tail}"
+    for snippet in snippets:
+        assert f"load_adapter({impl_arg!r})" in snippet, (
+            f"repro snippet={snippet!r}, but should load the adapter the run was given ({impl_arg!r})")
+    broken = run_snippets(snippets, results.parent / f"snippets-{mutant.factory}")
+    assert not broken, f"repro snippets that do not run={broken}, but should be none"
     CAUGHT.append((mutant.factory, mutant.bug, ", ".join(caught), message))
     print(f"{mutant.factory}: caught by {', '.join(caught)}: {message[:200]}")
 

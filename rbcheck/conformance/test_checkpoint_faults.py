@@ -332,9 +332,9 @@ def differs_in_every_slot(live, saved, what: str) -> None:
         same = (a == b).reshape(slots, -1).all(dim=1)
         if bool(same.any()):
             raise AssertionError(
-                f"{what}: slots {torch.nonzero(same).flatten().tolist()} of {key!r} equal the "
-                "checkpoint's, but should differ in every slot (harness bug: the test data could "
-                "hide a load that overwrote live rows)")
+                f"{what}: slots of {key!r} equal to the checkpoint's={torch.nonzero(same).flatten().tolist()}, "
+                "but should be none (harness bug: the test data could hide a load that overwrote "
+                "live rows)")
 
 
 MISFITS = {"capacity_differs": other_capacity, "field_layout_differs": other_layout,

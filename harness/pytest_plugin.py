@@ -362,7 +362,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: rbcheck's own implementations: their counterexamples are shrunk to the minimum.
 OWN_IMPLEMENTATIONS = frozenset({"reference", "device", "triton"})
 #: seconds Hypothesis may shrink one failing property of any other implementation
-THIRD_PARTY_SHRINK_SECONDS = 2.0
+THIRD_PARTY_SHRINK_SECONDS = 1.0
 
 
 def shrink_budget(config: pytest.Config, impl_name: str) -> float | None:

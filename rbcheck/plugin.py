@@ -64,7 +64,7 @@ def pytest_addoption(parser) -> None:
         default=None,
         help="time Hypothesis may spend shrinking one failing property (env "
         "RBCHECK_SHRINK_SECONDS; default: unbounded for rbcheck's own implementations, "
-        "2 s for others, so a broken buffer is reported quickly); 0 skips shrinking",
+        "1 s for others, so a broken buffer is reported quickly); 0 skips shrinking",
     )
     group.addoption(
         "--rbcheck-progress",

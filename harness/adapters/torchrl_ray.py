@@ -63,6 +63,9 @@ CAPABILITIES = frozenset({"random", "prioritized", "save_load", "concurrent"})
 BOOKKEEPING_KEY = "index"
 #: Idle actors kept for reuse (each is a process holding torch).
 MAX_IDLE = 3
+#: Buffers alive at once (actors in use): a test holding more fails with a
+#: clear error instead of filling the machine's memory (about 300 MB each).
+MAX_LIVE = 12
 #: Bound of one round trip to the actor that the adapter waits for, seconds.
 CALL_TIMEOUT_S = 120.0
 
@@ -190,6 +193,11 @@ def _acquire() -> Any:
     with _lock:
         if _idle:
             return _idle.pop()
+        if len(_live) >= MAX_LIVE:
+            raise RuntimeError(
+                f"live served buffers={len(_live)}, but should be below MAX_LIVE={MAX_LIVE}: each is "
+                f"a Ray actor process holding torch; close() buffers a test no longer uses"
+            )
     return _new_owner()
 
 

@@ -31,7 +31,9 @@ from rbcheck.harness.mutants import MUTANTS, Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = ROOT / "rbcheck" / "conformance"
-TIMEOUT_S = 180
+#: Bound of one conformance subprocess (seconds); generous, since a slow or shared
+#: machine runs them at a fraction of a core while failures are being shrunk.
+TIMEOUT_S = 600
 CAUGHT: list[tuple[str, str, str, str]] = []  # (mutant, bug class, caught by, message)
 
 

@@ -140,6 +140,7 @@ class Trace:
             "from rbcheck.harness.adapters import load_adapter",
             "from rbcheck.harness.protocol import BufferSpec, Conventions",
             "from rbcheck.harness.strategies import *",
+            "from math import inf, nan  # as repr() writes bad floats in a spec",
             "import torch",
             *self.imports,
             *self.lets,

@@ -410,7 +410,7 @@ def torchrl_ray_adapter() -> Adapter:
             f"{err.name} is not installed ({type(err).__name__}: {err}), but should be: install "
             f"the 'torchrl' and 'ray' dependency groups (nox -s ray)"
         ) from err
-    from rbcheck.harness.adapters.torchrl import probe_prioritized
+    from rbcheck.harness.adapters.torchrl import CONVENTIONS, probe_prioritized
 
     unavailable = {}
     why = probe_prioritized()
@@ -423,6 +423,8 @@ def torchrl_ray_adapter() -> Adapter:
         make=_make,
         capabilities=CAPABILITIES,
         unavailable=unavailable,
+        # the served buffer is TorchRL's own sampler in the actor: its rules
+        conventions=CONVENTIONS,
     )
 
 

@@ -240,7 +240,7 @@ def test_parameters_outside_the_declared_range_are_refused(impl, name):
     for value in outside(rng):
         spec = PRIORITIZED.but(**{name: value})
         trace = Trace(impl, spec)
-        trace.op(f"make(spec)  # {name}={value!r} is outside the declared {rng.describe()}")
+        trace.op(f"# (the line above is make(spec)) {name}={value!r} is outside the declared {rng.describe()}")
         error = None
         try:
             buf = impl.make(spec)
@@ -256,7 +256,7 @@ def test_parameters_outside_the_declared_range_are_refused(impl, name):
             continue
         spec = PRIORITIZED.but(**{name: end})
         trace = Trace(impl, spec)
-        trace.op(f"make(spec); fill; sample(4)  # {name}={end!r}, a closed end of {rng.describe()}")
+        trace.op(f"# (the line above is make(spec)), then fill and sample(4): {name}={end!r}, a closed end of {rng.describe()}")
         try:
             buf = impl.make(spec)
             fill(buf, spec)
@@ -379,7 +379,7 @@ def test_bad_buffer_description_is_refused(impl, case):
         pytest.skip(f"convention: eps_rule={impl.conventions.eps_rule} (the buffer takes no eps "
                     f"argument, so spec.eps never reaches it)")
     trace = Trace(impl, case.spec)
-    trace.op("make(spec)")
+    trace.op("# (the line above is make(spec))")
     try:
         buf = impl.make(case.spec)
     except Exception as err:  # noqa: BLE001

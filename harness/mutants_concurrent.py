@@ -98,8 +98,30 @@ def slots_reserved_outside_lock():
 
 
 def unlocked_buffer():
-    """The plain reference (not thread-safe) declared ``concurrent``."""
-    return replace(reference_adapter(), name="mutant-unlocked-buffer", capabilities=CAPABILITIES)
+    """The plain reference (not thread-safe, no lock) declared ``concurrent``.
+
+    Left alone, its race (two writers read the same write count before either
+    advances it) shows only when the scheduler switches threads in that
+    window, which on a loaded machine can take more runs than a test makes.
+    The mutant makes that switch certain: ``next_indices`` reads the write
+    count, sleeps ``GAP_S``, and carries on from what it read."""
+    base = reference_adapter()
+
+    def make(spec):
+        buf = base.make(spec)
+        writer = buf.buffer.writer
+        advance = writer.next_indices
+
+        def next_indices(n):
+            start = writer.write_count
+            time.sleep(GAP_S)  # the thread switch the scheduler may make here
+            writer.write_count = start
+            return advance(n)
+
+        writer.next_indices = next_indices
+        return buf
+
+    return replace(base, name="mutant-unlocked-buffer", capabilities=CAPABILITIES, make=make)
 
 
 # --------------------------------------------------------------------------

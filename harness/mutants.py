@@ -40,18 +40,25 @@ def _place_policy(policy, device, allow_in_place=True):
     return reference_place_policy(policy, device, allow_in_place)
 
 
-def _adapter(
-    name: str, buffer_cls=ReplayBuffer, *, place_policy=_place_policy, **components
-) -> object:
+def _adapter(name: str, buffer_cls=ReplayBuffer, *, place_policy=_place_policy,
+             conventions=None, prefix: str = "mutant", **components) -> object:
     return buffer_adapter(
-        f"mutant-{name}",
-        "0",
-        buffer_cls,
-        CAPABILITIES,
-        components=SimpleNamespace(**components),
-        place_policy=place_policy,
-        pin_module="rbcheck.reference.pinning",
+        f"{prefix}-{name}", "0", buffer_cls, CAPABILITIES,
+        components=SimpleNamespace(**components), place_policy=place_policy,
+        pin_module="rbcheck.reference.pinning", conventions=conventions,
     )
+
+
+def _with_writer(writer_cls: type) -> type:
+    """The reference buffer with ``writer_cls`` in place of its writer."""
+
+    class Buffer(ReplayBuffer):
+        def __init__(self, capacity=None, **kwargs):
+            super().__init__(capacity, **kwargs)
+            self.writer = writer_cls(self.capacity)
+
+    Buffer.__qualname__ = Buffer.__name__ = f"{writer_cls.__name__}Buffer"
+    return Buffer
 
 
 # --------------------------------------------------------------------------
@@ -285,14 +292,8 @@ class OffByOneWriter(RoundRobinWriter):
         return shifted
 
 
-class OffByOneBuffer(ReplayBuffer):
-    def __init__(self, capacity=None, **kwargs):
-        super().__init__(capacity, **kwargs)
-        self.writer = OffByOneWriter(self.capacity)
-
-
 def ring_eviction_off_by_one():
-    return _adapter("ring-eviction-off-by-one", OffByOneBuffer)
+    return _adapter("ring-eviction-off-by-one", _with_writer(OffByOneWriter))
 
 
 # --------------------------------------------------------------------------
@@ -573,12 +574,8 @@ def policy_never_copied():
 # ==========================================================================
 
 
-def _historic(name: str, buffer_cls=ReplayBuffer, *, conventions=None, **components) -> object:
-    return buffer_adapter(
-        f"historic-{name}", "0", buffer_cls, CAPABILITIES,
-        components=SimpleNamespace(**components), place_policy=_place_policy,
-        pin_module="rbcheck.reference.pinning", conventions=conventions,
-    )
+def _historic(name: str, buffer_cls=ReplayBuffer, **kwargs) -> object:
+    return _adapter(name, buffer_cls, prefix="historic", **kwargs)
 
 
 # -- invariant 1: every sampled index is a live slot; its weight is its own ----
@@ -792,14 +789,8 @@ class FoldedOnceWriter(RoundRobinWriter):
         return index
 
 
-class TwiceCapacityBuffer(ReplayBuffer):
-    def __init__(self, capacity=None, **kwargs):
-        super().__init__(capacity, **kwargs)
-        self.writer = FoldedOnceWriter(self.capacity)
-
-
 def extend_over_twice_capacity_fails():
-    return _historic("extend-over-twice-capacity", TwiceCapacityBuffer)
+    return _historic("extend-over-twice-capacity", _with_writer(FoldedOnceWriter))
 
 
 class FullFlagFirstStorage(TensorStorage):
@@ -833,14 +824,8 @@ class BatchCountingWriter(RoundRobinWriter):
         return index
 
 
-class BatchCountBuffer(ReplayBuffer):
-    def __init__(self, capacity=None, **kwargs):
-        super().__init__(capacity, **kwargs)
-        self.writer = BatchCountingWriter(self.capacity)
-
-
 def capacity_counted_in_batches():
-    return _historic("capacity-counted-in-batches", BatchCountBuffer)
+    return _historic("capacity-counted-in-batches", _with_writer(BatchCountingWriter))
 
 
 # -- invariant 6: slices contiguous, inside one episode ------------------------

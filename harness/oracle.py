@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 import torch
+
 from rbcheck.harness.assertions import Tolerance, priority_tolerance, weight_tolerance
 from rbcheck.harness.protocol import BufferSpec, Conventions
 

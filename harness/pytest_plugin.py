@@ -67,9 +67,9 @@ from typing import Any
 
 import pytest
 import torch
+
 from rbcheck.harness.adapters import AdapterLoadError, load_adapter
 from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
-
 from rbcheck.plugin import DEFAULT_IMPL, DEFAULT_PROFILE, PROFILES
 
 RESULTS_SCHEMA = 1

@@ -73,8 +73,14 @@ def _list() -> int:
 def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from rbcheck.checks import node_path, run_subprocess
     from rbcheck.harness.adapters import builtin_names, load_adapter
-    from rbcheck.harness.report import (THIRD_PARTY, ImplResult, build, failures,
-                                        render_markdown, render_text)
+    from rbcheck.harness.report import (
+        THIRD_PARTY,
+        ImplResult,
+        build,
+        failures,
+        render_markdown,
+        render_text,
+    )
 
     cwd = os.getcwd()
     names = list(dict.fromkeys((builtin_names() if args.all else []) + args.impl))

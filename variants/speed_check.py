@@ -49,8 +49,7 @@ import time
 import torch
 from tensordict import TensorDict
 
-from rbcheck import reference
-from rbcheck import variants
+from rbcheck import reference, variants
 from rbcheck.variants import native
 
 

@@ -82,8 +82,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import math
 import importlib.util
+import math
 import re
 import warnings
 from collections.abc import Callable, Iterator

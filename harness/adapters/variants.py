@@ -51,7 +51,9 @@ def device():
 
 def triton():
     """The device variant with Triton kernels for the trees."""
-    from rbcheck.variants import triton_tree  # sets TRITON_INTERPRET before any kernel exists (no CUDA)
+    from rbcheck.variants import (
+        triton_tree,  # sets TRITON_INTERPRET before any kernel exists (no CUDA)
+    )
 
     unavailable = {}
     if triton_tree.UNAVAILABLE is not None:

@@ -15,7 +15,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.assertions import (
+    Trace,
+    assert_same,
+    assert_td_equal,
+    assert_tensor_equal,
+    fail,
+)
 from rbcheck.harness.oracle import PriorityOracle, reads_back
 from rbcheck.harness.stateful import declared_samplers, replay
 from rbcheck.harness.strategies import layouts, operations, specs

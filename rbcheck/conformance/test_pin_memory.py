@@ -17,7 +17,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.assertions import (
+    Trace,
+    assert_same,
+    assert_td_equal,
+    assert_tensor_equal,
+    fail,
+)
 from rbcheck.harness.stateful import declared_samplers
 from rbcheck.harness.strategies import layouts, specs
 

@@ -37,8 +37,8 @@ from rbcheck.harness.assertions import (
     assert_same,
     assert_tensor_equal,
     fail,
+    priority_tolerance,
 )
-from rbcheck.harness.assertions import priority_tolerance
 from rbcheck.harness.oracle import PriorityOracle
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.stateful import declared_samplers, replay

@@ -9,7 +9,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.assertions import (
+    Trace,
+    assert_same,
+    assert_td_equal,
+    assert_tensor_equal,
+    fail,
+)
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.strategies import EpisodeLayout, episode_layouts
 

@@ -24,9 +24,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from rbcheck.conformance.test_checkpoint_faults import FS_EVENTS, interrupted_save
 from rbcheck.reference import PrioritizedSampler, ReplayBuffer, checkpoint
 
-from rbcheck.conformance.test_checkpoint_faults import FS_EVENTS, interrupted_save
 from ..unit.test_buffer import same
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -25,7 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from rbcheck.reference import CheckpointError, PrioritizedSampler, ReplayBuffer, checkpoint, checkpoint_format
+from rbcheck.reference import (
+    CheckpointError,
+    PrioritizedSampler,
+    ReplayBuffer,
+    checkpoint,
+    checkpoint_format,
+)
 
 from ..unit.test_buffer import same
 

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 from hypothesis import given, settings
+
 from rbcheck.harness import report
 from rbcheck.harness.oracle import PriorityOracle, stratified_probabilities
 from rbcheck.harness.protocol import (

@@ -11,13 +11,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from rbcheck.conformance import test_priority_transform as transform_property
 from rbcheck.harness.assertions import priority_tolerance, sum_tolerance, weight_tolerance
 from rbcheck.harness.mutants import float32_tree, float32_tree_transformed_twice
 from rbcheck.harness.oracle import transform
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.strategies import Field, Layout
-
-from rbcheck.conformance import test_priority_transform as transform_property
 
 F32 = torch.float32
 

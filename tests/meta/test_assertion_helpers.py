@@ -14,8 +14,9 @@ import inspect
 
 import pytest
 import torch
-from rbcheck.harness import assertions
 from tensordict import TensorDict
+
+from rbcheck.harness import assertions
 
 T = torch.tensor
 

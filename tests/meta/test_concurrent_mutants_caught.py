@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rbcheck.harness.mutants_concurrent import MUTANTS
-from tests.meta.test_mutants_caught import CAUGHT, TIMEOUT_S, outcomes, run_conformance
+from tests.meta.test_mutants_caught import assert_caught, assert_outcomes, run_conformance
 
 FILES = sorted({f for m in MUTANTS for f in m.files})
 TARGETS = sorted({t for m in MUTANTS for t in m.targets})
@@ -65,45 +65,17 @@ def runs(request):
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.factory for m in MUTANTS])
 def test_concurrent_mutant_is_caught(mutant, runs):
     """The targeted property fails on the mutant with a self-explaining message."""
-    future, results = runs[mutant.factory]
-    proc = future.result(timeout=2 * TIMEOUT_S)
-    tail = (proc.stdout + proc.stderr)[-3000:]
-    assert proc.returncode == 1, (
-        f"pytest exit status={proc.returncode} on mutant {mutant.factory!r}, but should be 1 "
-        f"(the bug '{mutant.bug}' must be caught)\n{tail}"
-    )
-    seen = outcomes(results)
-    caught = [t for t in mutant.targets if seen.get(t, ("", ""))[0] in ("fail", "error")]
-    assert caught, (
-        f"failed properties={sorted(t for t, (o, _) in seen.items() if o in ('fail', 'error'))}, "
-        f"but should include one of {list(mutant.targets)} (bug: {mutant.bug})\n{tail}"
-    )
-    message = seen[caught[0]][1]
-    if message.startswith("ExceptionGroup: Hypothesis found"):
-        explained = [ln.strip() for ln in proc.stdout.splitlines() if "but should be" in ln]
-        message = explained[0] if explained else message
-    assert "but should be" in message, (
-        f"failure message={message!r}, but should explain itself ('<what>=<got>, but should be <expected>')"
-    )
-    CAUGHT.append((mutant.factory, mutant.bug, ", ".join(caught), message))
-    print(f"{mutant.factory}: caught by {', '.join(caught)}: {message[:200]}")
+    assert_caught(mutant, *runs[mutant.factory])
 
 
 @pytest.mark.parametrize("control", CONTROLS, ids=["reference-locked", "reference"])
 def test_concurrent_controls(control, runs):
     """reference-locked passes every targeted property; the plain reference
     skips each with "not declared: concurrent" (it is not thread-safe)."""
-    future, results = runs[control]
-    proc = future.result(timeout=2 * TIMEOUT_S)
-    tail = (proc.stdout + proc.stderr)[-3000:]
-    assert proc.returncode == 0, f"pytest exit status={proc.returncode} on {control}, but should be 0\n{tail}"
-    seen = outcomes(results)
     want = "pass" if control == LOCKED else "skip"
-    for target in TARGETS:
-        outcome, message = seen.get(target, ("missing", ""))
-        assert outcome == want, f"outcome of {target} on {control}={outcome!r}, but should be {want!r}"
-        if want == "skip":
-            assert "not declared: concurrent" in message, (
-                f"skip reason of {target} on the reference={message!r}, "
-                f"but should be 'not declared: concurrent'"
-            )
+    seen = assert_outcomes(control, *runs[control], TARGETS, want)
+    for target in TARGETS if want == "skip" else ():
+        message = seen[target][1]
+        assert "not declared: concurrent" in message, (
+            f"skip reason of {target} on the reference={message!r}, but should be 'not declared: concurrent'"
+        )

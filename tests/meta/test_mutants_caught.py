@@ -146,6 +146,49 @@ def outcomes(results: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+def assert_caught(mutant: Mutant, future: Future, results: Path):
+    """Wait for the run of ``mutant``: pytest exited 1, a property it targets
+    failed, and the failure explains itself. Returns ``(proc, tail, caught,
+    message)``."""
+    proc = future.result(timeout=2 * TIMEOUT_S)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 1, (
+        f"pytest exit status={proc.returncode} on mutant {mutant.factory!r}, but should be 1 "
+        f"(tests failed: the bug '{mutant.bug}' must be caught)\n{tail}"
+    )
+    seen = outcomes(results)
+    caught = [t for t in mutant.targets if seen.get(t, ("", ""))[0] in ("fail", "error")]
+    assert caught, (
+        f"failed properties={sorted(t for t, (o, _) in seen.items() if o in ('fail', 'error'))}, "
+        f"but should include one of {list(mutant.targets)} (bug: {mutant.bug})\n{tail}"
+    )
+    message = seen[caught[0]][1]
+    if message.startswith("ExceptionGroup: Hypothesis found"):  # several distinct bugs: read the log
+        explained = [ln.strip() for ln in proc.stdout.splitlines() if "but should be" in ln]
+        message = explained[0] if explained else message
+    assert "but should be" in message, (
+        f"failure message={message!r}, but should explain itself ('<what>=<got>, but should be <expected>')"
+    )
+    CAUGHT.append((mutant.factory, mutant.bug, ", ".join(caught), message))
+    print(f"{mutant.factory}: caught by {', '.join(caught)}: {message[:200]}")
+    return proc, tail, caught, message
+
+
+def assert_outcomes(who: str, future: Future, results: Path, targets, want: str = "pass",
+                    excused=()) -> dict[str, tuple[str, str]]:
+    """Wait for the run of ``who``: pytest exited 0 and every target but the
+    ``excused`` ones ended ``want``. Returns the outcomes."""
+    proc = future.result(timeout=2 * TIMEOUT_S)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0, f"pytest exit status={proc.returncode} on {who}, but should be 0\n{tail}"
+    seen = outcomes(results)
+    for target in targets:
+        outcome = seen.get(target, ("missing", ""))[0]
+        if target not in excused:
+            assert outcome == want, f"outcome of {target} on {who}={outcome!r}, but should be {want!r}"
+    return seen
+
+
 def _control_args(control: str = "reference") -> tuple[list[str], list[str]]:
     chosen = [m for m in MUTANTS if m.control == control]
     files = sorted({f for m in chosen for f in m.files})
@@ -222,27 +265,7 @@ def test_mutant_is_caught(mutant: Mutant, runs):
         pytest.skip(f"{mutant.reproduces}: visible only on a CUDA buffer (run with a GPU; "
                     "the runs use --rbcheck-device cuda there)")
     future, results = runs[mutant.factory]
-    proc = future.result(timeout=2 * TIMEOUT_S)
-    tail = (proc.stdout + proc.stderr)[-3000:]
-    assert proc.returncode == 1, (
-        f"pytest exit status={proc.returncode} on mutant {mutant.factory!r}, but should be 1 "
-        f"(tests failed: the bug '{mutant.bug}' must be caught)\n{tail}"
-    )
-    seen = outcomes(results)
-    caught = [t for t in mutant.targets if seen.get(t, ("", ""))[0] in ("fail", "error")]
-    assert caught, (
-        f"failed properties={sorted(t for t, (o, _) in seen.items() if o in ('fail', 'error'))}, "
-        f"but should include one of {list(mutant.targets)} (bug: {mutant.bug})\n{tail}"
-    )
-    message = seen[caught[0]][1]
-    if message.startswith(
-        "ExceptionGroup: Hypothesis found"
-    ):  # several distinct bugs: read the log
-        explained = [ln.strip() for ln in proc.stdout.splitlines() if "but should be" in ln]
-        message = explained[0] if explained else message
-    assert "but should be" in message, (
-        f"failure message={message!r}, but should explain itself ('<what>=<got>, but should be <expected>')"
-    )
+    _, tail, _, _ = assert_caught(mutant, future, results)
     impl_arg = f"rbcheck.harness.mutants:{mutant.factory}"
     snippets = repros(results)
     assert snippets, f"repro snippets of the failures={snippets}, but should be at least one\n{tail}"
@@ -251,8 +274,6 @@ def test_mutant_is_caught(mutant: Mutant, runs):
             f"repro snippet={snippet!r}, but should load the adapter the run was given ({impl_arg!r})")
     broken = run_snippets(snippets, results.parent / f"snippets-{mutant.factory}")
     assert not broken, f"repro snippets that do not run={broken}, but should be none"
-    CAUGHT.append((mutant.factory, mutant.bug, ", ".join(caught), message))
-    print(f"{mutant.factory}: caught by {', '.join(caught)}: {message[:200]}")
 
 
 @pytest.mark.parametrize("control", CONTROLS)
@@ -262,38 +283,12 @@ def test_control_passes_the_targets_of_its_mutants(control: str, runs):
     property they are aimed at: the declared convention alone fails nothing,
     so each catch is the mutant's violation, which the convention did not hide."""
     _, targets = _control_args(control)
-    future, results = runs[f"control:{control}"]
-    proc = future.result(timeout=2 * TIMEOUT_S)
-    tail = (proc.stdout + proc.stderr)[-3000:]
-    assert proc.returncode == 0, (
-        f"pytest exit status={proc.returncode} on the control {control!r}, but should be 0\n{tail}"
-    )
-    seen = outcomes(results)
-    for target in targets:
-        outcome = seen.get(target, ("missing", ""))[0]
-        assert outcome == "pass", (
-            f"outcome of {target} on the control {control!r}={outcome!r}, but should be 'pass'"
-        )
+    assert_outcomes(f"the control {control!r}", *runs[f"control:{control}"], targets)
 
 
 def test_reference_passes_every_targeted_property(runs):
     """The control: the reference passes every property the mutants are
     aimed at (so each catch above is the mutant's bug, not a broken test)."""
     _, targets = _control_args()
-    future, results = runs["reference"]
-    proc = future.result(timeout=2 * TIMEOUT_S)
-    tail = (proc.stdout + proc.stderr)[-3000:]
-    assert proc.returncode == 0, (
-        f"pytest exit status={proc.returncode} on the reference, but should be 0\n{tail}"
-    )
-    seen = outcomes(results)
-    for target in targets:
-        outcome = seen.get(target, ("missing", ""))[0]
-        if (
-            target == "test_pin_memory_without_accelerator_is_a_clear_error"
-            and torch.cuda.is_available()
-        ):
-            continue
-        assert outcome == "pass", (
-            f"outcome of {target} on the reference={outcome!r}, but should be 'pass'"
-        )
+    excused = ("test_pin_memory_without_accelerator_is_a_clear_error",) if torch.cuda.is_available() else ()
+    assert_outcomes("the reference", *runs["reference"], targets, excused=excused)

@@ -12,8 +12,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' dependency group: nox -s ray)")
 pytest.importorskip("torchrl", reason="torchrl is not installed (the 'torchrl' dependency group)")
 
-from rbcheck.harness.adapters import load_adapter  # noqa: E402
-from rbcheck.harness.adapters import torchrl_ray  # noqa: E402
+from rbcheck.harness.adapters import load_adapter, torchrl_ray  # noqa: E402
 from rbcheck.harness.concurrency import Workload, WriterJob, make_rows, run_workload  # noqa: E402
 from rbcheck.harness.protocol import BufferSpec  # noqa: E402
 

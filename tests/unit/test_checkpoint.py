@@ -12,7 +12,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck.reference import CheckpointError, PrioritizedSampler, ReplayBuffer, SliceSampler, checkpoint
+from rbcheck.reference import (
+    CheckpointError,
+    PrioritizedSampler,
+    ReplayBuffer,
+    SliceSampler,
+    checkpoint,
+)
 
 from .test_buffer import same
 

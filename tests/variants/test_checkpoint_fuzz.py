@@ -33,11 +33,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from tensordict import TensorDict
+
 from rbcheck.harness.adapters import load_adapter
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.reference import CheckpointError
 from rbcheck.reference.checkpoint import read_checkpoint, save_checkpoint
-from tensordict import TensorDict
 
 VARIANTS = ("device", "triton")
 SPECS = {

@@ -13,8 +13,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck import reference
-from rbcheck import variants
+from rbcheck import reference, variants
 
 pytestmark = [
     pytest.mark.cuda,

@@ -23,8 +23,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from rbcheck import reference
-from rbcheck import variants
+from rbcheck import reference, variants
 from rbcheck.variants.vector_tree import last_writes
 
 # ----------------------------------------------------------------------------

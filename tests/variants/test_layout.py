@@ -17,11 +17,15 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck import reference
-from rbcheck import variants
+from rbcheck import reference, variants
 from rbcheck.reference.writer import expected_generation
 from rbcheck.variants import native
-from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, gather_columns, interleaved_columns
+from rbcheck.variants.device_storage import (
+    DeviceStorage,
+    DeviceWriter,
+    gather_columns,
+    interleaved_columns,
+)
 
 LAYOUT = {
     ("obs",): ((8,), torch.float32),

@@ -28,6 +28,8 @@ import copy
 
 import pytest
 import torch
+from tensordict import TensorDict
+
 from rbcheck.harness.adapters import load_adapter
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.reference import CheckpointError
@@ -39,7 +41,6 @@ from rbcheck.variants import (
     SliceSampler,
     triton_tree,
 )
-from tensordict import TensorDict
 
 from ..unit.test_buffer import same
 

@@ -21,8 +21,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck import reference
-from rbcheck import variants
+from rbcheck import reference, variants
 from rbcheck.variants import native
 from rbcheck.variants.device_storage import check_index_fast, gather_columns
 from rbcheck.variants.vector_tree import (

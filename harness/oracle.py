@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from rbcheck.harness.assertions import Tolerance, priority_tolerance, weight_tolerance
+from rbcheck.harness.assertions import Tolerance, Trace, priority_tolerance, weight_tolerance
 from rbcheck.harness.protocol import BufferSpec, Conventions
 
 __all__ = ["PriorityOracle", "stratified_probabilities", "transform"]
@@ -207,3 +207,18 @@ def reads_back(spec: BufferSpec, adapter=None) -> bool:
 
         adapter = adapter_under_test()
     return adapter.has("priority_readback")
+
+
+def start_prioritized(impl, spec: BufferSpec, layout, fill: int = 0):
+    """A fresh buffer of ``impl`` built from ``spec``, its trace (with
+    ``layout`` bound) and its oracle, after ``fill`` rows written by one
+    extend (none by default). Returns ``(trace, buf, oracle)``."""
+    trace = Trace(impl, spec)
+    trace.let("layout", layout)
+    buf = impl.make(spec)
+    oracle = PriorityOracle(spec, impl.conventions)
+    if fill:
+        trace.op(f"buf.extend(layout.batch(0, {fill}))")
+        buf.extend(layout.batch(0, fill))
+        oracle.write(fill)
+    return trace, buf, oracle

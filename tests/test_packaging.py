@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.test_cli import MYMOD, UNIFORM
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.wheel
 #: Repository folders and where the wheel puts them (pyproject.toml's package-dir).
@@ -89,25 +91,8 @@ def test_wheel_holds_every_data_file(wheel):
 
 # ----------------------------------------------------------- installed wheel
 
-UNIFORM = "test_sampling_distributions::test_uniform_sampling_matches_closed_form"
-
-#: A user's module: the list-buffer example with a sampler that never draws the last slot.
-MYMOD = '''
-import torch
-from dataclasses import replace
-from rbcheck.harness.examples.list_buffer import ListBuffer, adapter as example
-
-
-class SkipsLastSlot(ListBuffer):
-    def sample(self, batch_size):
-        u = torch.rand(batch_size, generator=self.generator, dtype=torch.float64)
-        index = (u * max(len(self.rows) - 1, 1)).long()
-        return self.contents()[index], {"index": index}
-
-
-def adapter():
-    return replace(example(), name="skips-last", make=lambda spec: SkipsLastSlot(spec.capacity, spec.seed))
-'''
+# the user's module (MYMOD) is the one the CLI tests use: a sampler that never
+# draws the last slot
 
 #: A throwaway project's own tests of its buffer (rbcheck's plugin not turned on).
 USER_TESTS = f'''

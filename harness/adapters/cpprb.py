@@ -85,6 +85,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rbcheck.harness.adapters.numpy_rows import (
     GlobalNumpyStream,
+    OwnRandomness,
     RowLayout,
     check_batch_size,
     layout_from_rows,
@@ -124,8 +125,10 @@ def _env_dict(layout: RowLayout) -> dict[str, dict[str, Any]]:
     }
 
 
-class CpprbBuffer:
+class CpprbBuffer(OwnRandomness):
     """A :class:`BufferUnderTest` over a cpprb ``ReplayBuffer`` or ``PrioritizedReplayBuffer``."""
+
+    LIBRARY = "cpprb"
 
     def __init__(self, spec: BufferSpec):
         self.spec = spec
@@ -247,14 +250,6 @@ class CpprbBuffer:
             "(capability 'priority_readback' is not declared)"
         )
 
-    def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("cpprb draws its own uniforms (capability 'shared_rng' is not declared)")
-
-    def save(self, path) -> None:
-        raise NotImplementedError("cpprb has no checkpoint of the buffer state ('save_load' is not declared)")
-
-    def load(self, path) -> None:
-        raise NotImplementedError("cpprb has no checkpoint of the buffer state ('save_load' is not declared)")
 
 
 def _version() -> str:

@@ -174,3 +174,23 @@ __all__ = [
     "to_numpy",
     "unpack_rows",
 ]
+
+
+class OwnRandomness:
+    """Parts of the protocol a library that draws its own randomness and has
+    no checkpoint of its buffer cannot offer: each raises, naming the
+    capability left undeclared. ``LIBRARY`` names the library in the message."""
+
+    LIBRARY = "this library"
+
+    def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError(
+            f"{self.LIBRARY} draws its own random numbers (capability 'shared_rng' is not declared)")
+
+    def save(self, path) -> None:
+        raise NotImplementedError(
+            f"{self.LIBRARY} has no checkpoint of the buffer state ('save_load' is not declared)")
+
+    def load(self, path) -> None:
+        raise NotImplementedError(
+            f"{self.LIBRARY} has no checkpoint of the buffer state ('save_load' is not declared)")

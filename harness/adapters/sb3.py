@@ -50,6 +50,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rbcheck.harness.adapters.numpy_rows import (
     GlobalNumpyStream,
+    OwnRandomness,
     RowLayout,
     check_batch_size,
     layout_from_rows,
@@ -63,8 +64,10 @@ from rbcheck.harness.protocol import Adapter, BufferSpec
 CAPABILITIES = frozenset({"random", "bad_input"})
 
 
-class SB3Buffer:
+class SB3Buffer(OwnRandomness):
     """A :class:`BufferUnderTest` over a stable-baselines3 ``ReplayBuffer``."""
+
+    LIBRARY = "SB3"
 
     def __init__(self, spec: BufferSpec):
         self.spec = spec
@@ -160,15 +163,6 @@ class SB3Buffer:
     @property
     def max_priority(self) -> float:
         raise NotImplementedError("SB3's ReplayBuffer is uniform (capability 'prioritized' is not declared)")
-
-    def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("SB3 draws its own indices (capability 'shared_rng' is not declared)")
-
-    def save(self, path) -> None:
-        raise NotImplementedError("SB3 has no buffer checkpoint ('save_load' is not declared)")
-
-    def load(self, path) -> None:
-        raise NotImplementedError("SB3 has no buffer checkpoint ('save_load' is not declared)")
 
 
 def _make(spec: BufferSpec) -> SB3Buffer:

@@ -38,7 +38,7 @@ from rbcheck.harness.assertions import (
     fail,
     priority_tolerance,
 )
-from rbcheck.harness.oracle import PriorityOracle
+from rbcheck.harness.oracle import PriorityOracle, start_prioritized
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.strategies import Field, Layout, param_values, priorities
 
@@ -120,10 +120,7 @@ def test_writer_default_priority_is_transformed_once(impl, data):
     Checked after every write; updates in between raise and lower it."""
     spec, layout = data.draw(_setup_strategy(impl), label="setup")
     conv = impl.conventions
-    trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
-    oracle = PriorityOracle(spec, conv)
+    trace, buf, oracle = start_prioritized(impl, spec, layout)
     next_id = 0
     for step in range(data.draw(st.integers(1, 4), label="rounds")):
         n = data.draw(st.integers(1, spec.capacity), label=f"extend size {step}")
@@ -173,13 +170,7 @@ def test_updated_priority_is_transformed_once(impl, data):
     max raw priority seen."""
     spec, layout = data.draw(_setup_strategy(impl), label="setup")
     conv = impl.conventions
-    trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
-    oracle = PriorityOracle(spec, conv)
-    trace.op(f"buf.extend(layout.batch(0, {spec.capacity}))")
-    buf.extend(layout.batch(0, spec.capacity))
-    oracle.write(spec.capacity)
+    trace, buf, oracle = start_prioritized(impl, spec, layout, fill=spec.capacity)
     next_id = spec.capacity
     for step, op in enumerate(data.draw(_steps(spec.capacity), label="operations")):
         if op[0] == "update":
@@ -209,10 +200,7 @@ def test_priority_key_in_data_is_transformed_once(impl, data):
     becomes max(1.0, every p)."""
     spec, layout = data.draw(_setup_strategy(impl, priority_key=True), label="setup")
     conv = impl.conventions
-    trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
-    oracle = PriorityOracle(spec, conv)
+    trace, buf, oracle = start_prioritized(impl, spec, layout)
     next_id = 0
     for step in range(data.draw(st.integers(1, 3), label="rounds")):
         n = data.draw(st.integers(1, spec.capacity), label=f"extend size {step}")

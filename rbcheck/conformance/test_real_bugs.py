@@ -34,7 +34,7 @@ from rbcheck.harness.assertions import (
     fail,
     weight_tolerance,
 )
-from rbcheck.harness.oracle import PriorityOracle
+from rbcheck.harness.oracle import start_prioritized
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.strategies import EpisodeLayout, Field, Layout, spec_layout
 
@@ -101,10 +101,7 @@ def test_sampled_slots_are_live_and_weights_belong_to_them(impl, setup, data):
     spec = BufferSpec(capacity=capacity, sampler="prioritized", alpha=alpha, beta=0.6, eps=1e-6,
                       seed=seed, layout=LAYOUT.spec_layout())
     conv = impl.conventions
-    trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
-    oracle = PriorityOracle(spec, conv)
+    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT)
     written = 0
     for stage in range(data.draw(st.integers(2, 4), label="stages")):
         n = min(chunk, 2 * capacity - written) if written < 2 * capacity else chunk
@@ -327,20 +324,14 @@ def test_update_with_repeated_slots_samples_by_the_last_entry(impl, case):
     spec = BufferSpec(capacity=capacity, sampler="prioritized", alpha=1.0, beta=0.4, eps=1e-3,
                       seed=31 + case, layout=LAYOUT.spec_layout())
     conv = impl.conventions
-    trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
-    buf.extend(LAYOUT.batch(0, capacity))
-    oracle = PriorityOracle(spec, conv)
-    oracle.write(capacity)
+    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=capacity)
     updates = [
         ([0, 0, 1, 2, 0], [50.0, 40.0, 1.0, 2.0, 0.5]),
         ([3, 3, 3, 4, 5], [0.1, 20.0, 8.0, 1.0, 1.0]),
         ([5, 1, 5, 1, 2, 2], [30.0, 30.0, 1.0, 2.0, 9.0, 0.25]),
     ][case]
     index, raw = updates
-    trace.op(f"buf.extend(layout.batch(0, {capacity})); "
-             f"buf.update_priority(torch.tensor({index}), torch.tensor({raw}, dtype={conv.priority_dtype}))")
+    trace.op(f"buf.update_priority(torch.tensor({index}), torch.tensor({raw}, dtype={conv.priority_dtype}))")
     buf.update_priority(torch.tensor(index), conv.priorities(raw))
     oracle.update(torch.tensor(index), raw)
     counts = torch.zeros(capacity, dtype=torch.float64)

@@ -39,7 +39,7 @@ from rbcheck.harness.assertions import (
     fail,
     priority_tolerance,
 )
-from rbcheck.harness.oracle import PriorityOracle
+from rbcheck.harness.oracle import PriorityOracle, start_prioritized
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.stateful import declared_samplers, replay
 from rbcheck.harness.strategies import (
@@ -171,13 +171,7 @@ def _prioritized_buffer(impl, capacity, alpha, eps, raw, seed, beta=0.4):
     why = _declared(impl, spec)
     if why:
         pytest.skip(why)
-    trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
-    oracle = PriorityOracle(spec, conv)
-    trace.op(f"buf.extend(layout.batch(0, {capacity}))")
-    buf.extend(LAYOUT.batch(0, capacity))
-    oracle.write(capacity)
+    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=capacity)
     if raw is not None:
         pri = conv.priorities(raw)
         trace.op(f"buf.update_priority(torch.arange({capacity}), torch.tensor({raw}, dtype={pri.dtype}))")
@@ -426,13 +420,8 @@ def test_stale_priority_updates_are_ignored(impl, data):
     conv = impl.conventions
     spec, k, overwrite, raw = data.draw(stale_setups(conv), label="setup")
     cap = spec.capacity
-    trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
-    oracle = PriorityOracle(spec, conv)
-    trace.op(f"buf.extend(layout.batch(0, {cap})); rows, info = buf.sample({k})")
-    buf.extend(LAYOUT.batch(0, cap))
-    oracle.write(cap)
+    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=cap)
+    trace.op(f"rows, info = buf.sample({k})")
     _, info = buf.sample(k)
     if "generation" not in info:
         fail(

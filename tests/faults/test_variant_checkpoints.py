@@ -9,37 +9,15 @@ import json
 
 import pytest
 import torch
-from tensordict import TensorDict
 
 from rbcheck.harness.adapters import load_adapter
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.reference import CheckpointError
 
 from ..unit.test_buffer import same
+from ..variants.common import VARIANTS, cpu, rows, specs
 
-VARIANTS = ["device", "triton"]
-SPECS = {
-    "random": BufferSpec(capacity=7, sampler="random", seed=4),
-    "prioritized": BufferSpec(capacity=7, sampler="prioritized", alpha=0.7, beta=0.5, eps=1e-3, seed=4),
-    "slice": BufferSpec(capacity=7, sampler="slice", slice_len=2, seed=4),
-}
-
-
-def rows(n: int, start: int = 0) -> TensorDict:
-    x = torch.arange(start, start + n)
-    return TensorDict({"obs": torch.stack([x.float(), x / 3], 1), "action": x, "episode": x // 3,
-                       "next": {"done": x % 3 == 2}}, batch_size=[n])
-
-
-def cpu(state):
-    """``state`` with every tensor on the CPU (a variant may keep it on a device)."""
-    if isinstance(state, torch.Tensor):
-        return state.cpu()
-    if isinstance(state, dict):
-        return {k: cpu(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [cpu(v) for v in state]
-    return state
+SPECS = specs(7)
 
 
 def adapter(name: str):

@@ -36,22 +36,17 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from rbcheck.harness.adapters import load_adapter
-from rbcheck.harness.protocol import BufferSpec
 from rbcheck.reference import CheckpointError
 from rbcheck.reference.checkpoint import read_checkpoint, save_checkpoint
 
-VARIANTS = ("device", "triton")
-SPECS = {
-    "random": BufferSpec(capacity=6, sampler="random", seed=4),
-    "prioritized": BufferSpec(capacity=6, sampler="prioritized", alpha=0.7, beta=0.5, eps=1e-3, seed=4),
-    "slice": BufferSpec(capacity=6, sampler="slice", slice_len=2, seed=4),
-}
+from .common import VARIANTS, cpu, specs
+from .common import rows as _rows
+
+SPECS = specs(6)
 
 
 def rows(n: int, start: int = 0) -> TensorDict:
-    x = torch.arange(start, start + n)
-    return TensorDict({"obs": torch.stack([x.float(), x / 3], 1), "action": x, "episode": x // 3},
-                      batch_size=[n])
+    return _rows(n, start, done=False)
 
 
 def same(a, b) -> bool:
@@ -65,16 +60,6 @@ def same(a, b) -> bool:
     if isinstance(a, list):
         return isinstance(b, list) and len(a) == len(b) and all(map(same, a, b))
     return type(a) is type(b) and a == b
-
-
-def cpu(state):
-    if isinstance(state, torch.Tensor):
-        return state.cpu()
-    if isinstance(state, dict):
-        return {k: cpu(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [cpu(v) for v in state]
-    return state
 
 
 # --------------------------------------------------------------------------

@@ -43,24 +43,9 @@ from rbcheck.variants import (
 )
 
 from ..unit.test_buffer import same
+from .common import cpu, rows
 
 BACKENDS = ["torch"] + ([] if triton_tree.UNAVAILABLE else ["triton"])
-
-
-def rows(n: int, start: int = 0) -> TensorDict:
-    x = torch.arange(start, start + n)
-    return TensorDict({"obs": torch.stack([x.float(), x / 3], 1), "action": x, "episode": x // 3,
-                       "next": {"done": x % 3 == 2}}, batch_size=[n])
-
-
-def cpu(state):
-    if isinstance(state, torch.Tensor):
-        return state.cpu()
-    if isinstance(state, dict):
-        return {k: cpu(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [cpu(v) for v in state]
-    return state
 
 
 # --------------------------------------------------------------------------

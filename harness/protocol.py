@@ -144,7 +144,8 @@ class Conventions:
       names: the spec's range). Strategies draw over the whole declared range;
       bad-input properties try its complement.
     * ``notes``: convention name -> one line citing the library's source or
-      docs; shown in the report.
+      docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
+      declared range; ``"param_ranges"`` every declared range without its own.
     """
 
     priority_dtype: torch.dtype = torch.float64
@@ -186,10 +187,12 @@ class Conventions:
             raise ValueError(
                 f"Conventions.new_priority_value={self.new_priority_value!r}, but should be a finite number >= 0"
             )
-        unknown_notes = set(self.notes) - {f.name for f in fields(self)}
+        known = {f.name for f in fields(self)} | {f"param_ranges.{name}" for name in self.param_ranges}
+        unknown_notes = set(self.notes) - known
         if unknown_notes:
             raise ValueError(
-                f"Conventions.notes keys={sorted(unknown_notes)}, but should name Conventions fields"
+                f"Conventions.notes keys={sorted(unknown_notes)}, but should name Conventions fields "
+                f"(or 'param_ranges.<name>' of a declared range)"
             )
 
     # -- what the suite uses -------------------------------------------------
@@ -236,7 +239,7 @@ class Conventions:
             if declared != SPEC_PARAM_RANGES[name]:
                 out[f"param_ranges.{name}"] = declared.describe()
         for key in list(out) if notes else ():
-            note = self.notes.get(key.split(".", 1)[0])
+            note = self.notes.get(key) or self.notes.get(key.split(".", 1)[0])
             if note:
                 out[key] += f" ({note})"
         return out

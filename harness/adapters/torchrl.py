@@ -128,10 +128,11 @@ CONVENTIONS = Conventions(
     },
     notes={
         "priority_dtype": f"PrioritizedSampler(dtype=torch.float) keeps float32 sum/min trees ({SOURCE}#L184)",
-        "param_ranges": f"alpha >= 0 and beta >= 0 are checked at construction ({SOURCE}#L189-L194); "
-                        f"eps > 0 is documented (L94: 'added to priorities to ensure no experience has "
-                        f"zero priority'; sample() raises 'non-positive p_min' otherwise, L497) but "
-                        f"not checked",
+        "param_ranges.alpha": f"alpha >= 0 is checked at construction ({SOURCE}#L189-L194)",
+        "param_ranges.beta": f"beta >= 0 is checked at construction ({SOURCE}#L189-L194)",
+        "param_ranges.eps": f"eps > 0 is documented (L94: 'added to priorities to ensure no experience "
+                            f"has zero priority'; sample() raises 'non-positive p_min' otherwise, L497) "
+                            f"but not checked",
     },
 )
 

@@ -51,6 +51,17 @@ def test_deviations_name_each_field_that_differs_with_its_note():
     assert Conventions(seedable=False).deviations() == {"seedable": "False"}
 
 
+def test_a_range_note_annotates_its_own_range_only():
+    conv = Conventions(
+        param_ranges={"beta": ParamRange(0.0, 5.0), "eps": ParamRange(0.0, 1.0, low_closed=False)},
+        notes={"param_ranges.eps": "eps > 0 (lib.py:9)", "param_ranges": "checked at construction"},
+    )
+    assert conv.deviations() == {
+        "param_ranges.beta": "[0, 5] (checked at construction)",
+        "param_ranges.eps": "(0, 1] (eps > 0 (lib.py:9))",
+    }
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -62,6 +73,7 @@ def test_deviations_name_each_field_that_differs_with_its_note():
         ({"param_ranges": {"alpha": (0, 1)}}, r"param_ranges\['alpha'\]=\(0, 1\), but should be a ParamRange"),
         ({"new_priority_value": -1.0}, r"new_priority_value=-1.0, but should be a finite number >= 0"),
         ({"notes": {"colour": "x"}}, r"notes keys=\['colour'\], but should name Conventions fields"),
+        ({"notes": {"param_ranges.eps": "x"}}, r"notes keys=\['param_ranges.eps'\], but should name"),
     ],
 )
 def test_bad_conventions_are_refused_naming_the_field(kwargs, message):

@@ -1446,6 +1446,40 @@ def alpha_range_declared_not_enforced():
     return _reference_with("mutant-alpha-range-declared-not-enforced", POSITIVE_ALPHA)
 
 
+STRATIFIED = Conventions(sampling="stratified")
+
+
+class StratifiedSampler(PrioritizedSampler):
+    """Draw k of a batch of B from the k-th of B equal segments of the mass
+    (``u_k = (k + U_k) / B``), as the PER paper's proportional variant does."""
+
+    def sample(self, storage, batch_size, generator, cursor=0) -> dict:
+        plain = self.indices_from_uniforms
+        strata = torch.arange(batch_size, dtype=torch.float64)
+        self.indices_from_uniforms = lambda u, size=None: plain((strata + u) / batch_size)
+        try:
+            return super().sample(storage, batch_size, generator, cursor)
+        finally:
+            del self.indices_from_uniforms
+
+
+def stratified_control():
+    """The control: a stratified sampler that declares sampling="stratified"."""
+    return _reference_with("stratified-control", STRATIFIED, PrioritizedSampler=StratifiedSampler)
+
+
+def stratified_sampler_declared_independent():
+    """Stratifies its batches but declares the spec's independent draws."""
+    return _reference_with("mutant-stratified-sampler-declared-independent", Conventions(),
+                           PrioritizedSampler=StratifiedSampler)
+
+
+def stratified_declared_sampled_independently():
+    """Declares sampling="stratified" but draws every slot of a batch from
+    the whole mass (the plain reference sampler)."""
+    return _reference_with("mutant-stratified-declared-sampled-independently", STRATIFIED)
+
+
 CONVENTION_MUTANTS = (
     Mutant(
         "alpha_range_declared_not_enforced",
@@ -1476,6 +1510,19 @@ CONVENTION_MUTANTS = (
         ("test_sampling_distributions.py",),
         ("test_weights_are_normalised_as_declared",),
         control="batch_max_control",
+    ),
+    Mutant(
+        "stratified_sampler_declared_independent",
+        "a stratified sampler declaring independent draws (the spec)",
+        ("test_sampling_distributions.py",),
+        ("test_draws_within_a_batch_are_independent",),
+    ),
+    Mutant(
+        "stratified_declared_sampled_independently",
+        "a declared stratified scheme hiding independent draws",
+        ("test_sampling_distributions.py",),
+        ("test_prioritized_sampling_matches_closed_form",),
+        control="stratified_control",
     ),
 )
 MUTANTS = (*MUTANTS, *CONVENTION_MUTANTS)

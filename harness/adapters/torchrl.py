@@ -130,9 +130,9 @@ CONVENTIONS = Conventions(
         "priority_dtype": f"PrioritizedSampler(dtype=torch.float) keeps float32 sum/min trees ({SOURCE}#L184)",
         "param_ranges.alpha": f"alpha >= 0 is checked at construction ({SOURCE}#L189-L194)",
         "param_ranges.beta": f"beta >= 0 is checked at construction ({SOURCE}#L189-L194)",
-        "param_ranges.eps": f"eps > 0 is documented (L94: 'added to priorities to ensure no experience "
-                            f"has zero priority'; sample() raises 'non-positive p_min' otherwise, L497) "
-                            f"but not checked",
+        "param_ranges.eps": f"eps > 0 is documented ({SOURCE}#L94: 'added to priorities to ensure no "
+                            "experience has zero priority'; sample() raises 'non-positive p_min' "
+                            "otherwise, L497) but not checked",
     },
 )
 

@@ -36,7 +36,6 @@ from .arguments import check_generation, check_index, check_int, check_number, c
 from .random_sampler import check_not_empty
 from .sum_tree import MinTree, SumTree
 
-__all__ = ["PrioritizedSampler", "check_generation", "check_priority"]
 
 class PrioritizedSampler:
     """Sum tree + min tree over ``capacity`` slots (see module doc)."""
@@ -110,9 +109,7 @@ class PrioritizedSampler:
             raise ValueError(f"sampler type={state.get('type')!r}, but should be 'PrioritizedSampler'")
         alpha, eps = check_number("alpha", state["alpha"]), check_number("eps", state["eps"])
         beta = check_number("beta", state["beta"], high=1.0)
-        max_priority = state["max_priority"]
-        if not isinstance(max_priority, float) or not math.isfinite(max_priority) or max_priority < 0:
-            raise ValueError(f"max_priority={max_priority!r}, but should be a finite float >= 0")
+        max_priority = check_number("max_priority", state["max_priority"])
         sum_tree, min_tree = SumTree(self.capacity), MinTree(self.capacity)
         sum_tree.load_state_dict(state["sum_tree"])
         leaves = sum_tree.leaf(torch.arange(self.capacity))

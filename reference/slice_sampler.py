@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .arguments import check_int
-from .random_sampler import check_batch_size, check_not_empty
+from .random_sampler import check_not_empty
 
 
 def _is_key(value) -> bool:
@@ -56,7 +56,7 @@ class SliceSampler:
 
     def shape(self, batch_size: int) -> tuple[int, int]:
         """``(num_slices, slice_len)`` for a batch of ``batch_size`` rows."""
-        check_batch_size(batch_size)
+        check_int("batch_size", batch_size)
         fixed = self.num_slices or self.slice_len
         if batch_size % fixed:
             name = "num_slices" if self.num_slices else "slice_len"

@@ -118,10 +118,10 @@ def metadata_changes_types():
 class Float32OnLoadStorage(TensorStorage):
     """Loads every floating column as float32 (a dtype "normalisation")."""
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, size: int) -> None:
         columns = [c.to(torch.float32) if c.is_floating_point() else c for c in state["columns"]]
         self.data = None  # skip the layout check against the old allocation
-        super().load_state_dict({**state, "columns": columns})
+        super().load_state_dict({**state, "columns": columns}, size)
 
 
 def load_changes_dtypes():
@@ -722,7 +722,7 @@ class NeverWrittenLiveBuffer(ReplayBuffer):
     live, so an update may give it a priority and it can then be sampled."""
 
     def update_priority(self, index, priority, generation=None) -> None:
-        from rbcheck.reference.storage import check_index
+        from rbcheck.reference.arguments import check_index
 
         index = check_index(index, self.capacity)
         self.sampler.update_priority(index, priority, None)
@@ -739,7 +739,7 @@ class DeltaSumTree(SumTree):
     longer match the leaves, and sampling follows the sums."""
 
     def update(self, index, value) -> None:
-        from rbcheck.reference.storage import check_index, last_occurrence
+        from rbcheck.reference.arguments import check_index, last_occurrence
 
         index = check_index(index, self.capacity)
         value = torch.as_tensor(value).to("cpu", torch.float64)
@@ -916,9 +916,9 @@ class TopLevelOnlyStorage(TensorStorage):
         return {**state, "keys": [state["keys"][i] for i in kept],
                 "columns": [state["columns"][i] for i in kept]}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, size: int) -> None:
         self.data = None  # the fields it knows are the ones it saved
-        super().load_state_dict(state)
+        super().load_state_dict(state, size)
 
 
 def nested_field_missing_after_load():
@@ -986,9 +986,9 @@ class LoadIntoHeldRowsStorage(TensorStorage):
     shallow copy shares with the live buffer: a load refused later (the
     sampler differs) leaves the checkpoint's rows in the live buffer."""
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, size: int) -> None:
         held = self.data
-        super().load_state_dict(state)
+        super().load_state_dict(state, size)
         if held is not None and self.data is not None and set(held.keys(True, True)) == set(
                 self.data.keys(True, True)):
             held.update_(self.data)  # into the held (shared) memory
@@ -1265,7 +1265,7 @@ MUTANTS = (
 
 
 from rbcheck.harness.protocol import Conventions, ParamRange  # noqa: E402 - this section's own import
-from rbcheck.reference.storage import check_index, last_occurrence  # noqa: E402
+from rbcheck.reference.arguments import check_index, last_occurrence  # noqa: E402
 from rbcheck.reference.sum_tree import MinTree, SumTree  # noqa: E402
 
 #: What the float32-tree adapters claim: no checkpoints (the reference's

@@ -130,13 +130,11 @@ class ReplayBuffer:
         try:
             if state["capacity"] != self.capacity:
                 raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
-            staged = {name: copy.copy(getattr(self, name)) for name in ("storage", "writer", "sampler")}
-            for name, part in staged.items():
-                part.load_state_dict(state[name])  # load rebinds, never mutates
-            count = staged["writer"].write_count
-            if len(staged["storage"]) != min(count, self.capacity):
-                raise ValueError(f"storage size={len(staged['storage'])}, but should be "
-                                 f"min(write_count={count}, capacity={self.capacity})")
+            staged = {name: copy.copy(getattr(self, name)) for name in ("writer", "storage", "sampler")}
+            staged["writer"].load_state_dict(state["writer"])  # a load rebinds, never mutates
+            # the writer fills slots 0, 1, ... in order: the storage's size follows from its count
+            staged["storage"].load_state_dict(state["storage"], min(self.capacity, staged["writer"].write_count))
+            staged["sampler"].load_state_dict(state["sampler"])
             torch.Generator().set_state(state["generator"])  # validates the generator state
         except (KeyError, TypeError, AttributeError, IndexError, OverflowError, RuntimeError) as error:
             raise ValueError(f"state={error!r}, but should be a complete, valid state_dict") from error

@@ -20,9 +20,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from .arguments import READABLE_DEVICES, as_tensor, check_index, check_int, last_occurrence
-
-__all__ = ["TensorStorage", "as_tensor", "check_index", "columns", "last_occurrence"]
+from .arguments import READABLE_DEVICES, check_index, check_int, last_occurrence
 
 
 def columns(data: TensorDictBase) -> dict[tuple[str, ...], torch.Tensor]:
@@ -93,15 +91,15 @@ class TensorStorage:
         return self.data[index.to(self.device)]
 
     def state_dict(self) -> dict:
-        """Plain values plus tensors: ``keys`` (lists of str) match ``columns`` one to one."""
+        """``keys`` (lists of str) and the full-capacity ``columns``, one to one. No size: the
+        buffer derives it from the writer's write count."""
         cols = columns(self.data) if self.data is not None else {}
-        return {"size": self.size, "keys": [list(k) for k in cols], "columns": [v.clone() for v in cols.values()]}
+        return {"keys": [list(k) for k in cols], "columns": [v.clone() for v in cols.values()]}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Replace the contents; raises ValueError (before changing anything) on a mismatch."""
-        size = check_int("size", state["size"], 0, self.capacity + 1)
+    def load_state_dict(self, state: dict, size: int) -> None:
+        """Replace the contents, ``size`` rows valid; ValueError (nothing changed) on a mismatch."""
         keys, values = [tuple(k) for k in state["keys"]], state["columns"]
-        if len(keys) != len(values) or (not keys and size):
+        if len(keys) != len(values) or (size and not keys):
             raise ValueError(f"{len(values)} columns for keys={keys!r:.200} and size={size}, but "
                              f"should be one per key (and size 0 without any)")
         data = TensorDict({}, batch_size=[self.capacity], device=self.device) if keys else None
@@ -109,15 +107,14 @@ class TensorStorage:
             if not isinstance(value, torch.Tensor) or value.shape[:1] != (self.capacity,):
                 shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                 raise ValueError(f"{key}.shape={shape}, but should start with {self.capacity}")
-            if not (key and all(isinstance(part, str) and part for part in key)):
-                raise ValueError(f"key={key!r:.100}, but should be a list of non-empty strings")
-            if keys.count(key) > 1 or any(key[:i] in keys for i in range(1, len(key))):
-                raise ValueError(f"keys={keys!r:.200}, but should be distinct leaves (no key inside another)")
+            if not (key and all(isinstance(part, str) and part for part in key)) \
+                    or keys.count(key) > 1 or any(key[:i] in keys for i in range(1, len(key))):
+                raise ValueError(f"key={key!r:.100}, but should be a list of non-empty strings, "
+                                 f"distinct from the others and not inside one")
             data.set(key, value.to(self.device).clone())
         if self.data is not None and data is not None and layout_of(data) != self.layout():
             raise ValueError(f"field layout={layout_of(data)}, but should be {self.layout()}")
         self.data, self.size = data, size
-
 
 def layout_of(data: TensorDictBase) -> dict[tuple[str, ...], tuple[tuple[int, ...], torch.dtype]]:
     """``{key: (row shape, dtype)}`` of a TensorDict of rows."""

@@ -88,14 +88,19 @@ def test_state_dict_round_trip_and_layout_validation():
     s = TensorStorage(3)
     s.set(torch.tensor([0, 1]), batch([1, 2]))
     state = s.state_dict()
-    assert state["keys"] == [["obs"], ["act"], ["next", "obs"]] and state["size"] == 2
+    assert state["keys"] == [["obs"], ["act"], ["next", "obs"]] and set(state) == {"keys", "columns"}
     fresh = TensorStorage(3)
-    fresh.load_state_dict(state)
+    fresh.load_state_dict(state, 2)  # the size is the caller's (the buffer's writer count)
     assert len(fresh) == 2 and (fresh.data == s.data).all()
     other = TensorStorage(3)
     other.set(torch.tensor([0]), TensorDict({"x": torch.ones(1)}, batch_size=[1]))
     with pytest.raises(ValueError, match="field layout="):
-        other.load_state_dict(state)
+        other.load_state_dict(state, 2)
     assert other.data["x"].tolist() == [1.0, 0.0, 0.0] and len(other) == 1
     with pytest.raises(ValueError, match=r"\('obs',\).shape=\(3,\), but should start with 5"):
-        TensorStorage(5).load_state_dict(state)
+        TensorStorage(5).load_state_dict(state, 2)
+    with pytest.raises(ValueError, match=r"0 columns for keys=\[\] and size=1, but should be"):
+        TensorStorage(3).load_state_dict({"keys": [], "columns": []}, 1)
+    for keys in ([["obs"], ["obs"]], [["next"], ["next", "obs"]], [[""], ["a"]]):  # twice, inside, empty
+        with pytest.raises(ValueError, match=r"key=.*, but should be a list of non-empty strings, distinct"):
+            TensorStorage(3).load_state_dict({"keys": keys, "columns": [torch.zeros(3)] * 2}, 2)

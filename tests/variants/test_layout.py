@@ -98,7 +98,7 @@ def test_storage_holds_interleaved_rows_with_the_reference_values(how):
     elif how == "set":
         var.set(slots, data)
     else:  # the buffer repacks once a load is accepted (a load never writes into held rows)
-        var.load_state_dict(ref.state_dict())
+        var.load_state_dict(ref.state_dict(), len(ref))
         var.repack()
     assert_interleaved(var)
     state, want = var.state_dict(), ref.state_dict()

@@ -26,6 +26,7 @@ import torch
 from rbcheck.harness.adapters.reference import buffer_adapter
 from rbcheck.harness.protocol import CAPABILITIES
 from rbcheck.reference import pinning
+from rbcheck.reference.arguments import check_int
 from rbcheck.reference.buffer import ReplayBuffer
 from rbcheck.reference.policy import place_policy as reference_place_policy
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler
@@ -777,8 +778,7 @@ class FoldedOnceWriter(RoundRobinWriter):
     ring, and the extend fails."""
 
     def next_indices(self, n: int) -> torch.Tensor:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n={n!r}, but should be an int >= 1")
+        check_int("n", n)
         raw = self.cursor + torch.arange(n)
         index = torch.where(raw >= self.capacity, raw - self.capacity, raw)
         rows = self.write_count + torch.arange(n)
@@ -815,8 +815,7 @@ class BatchCountingWriter(RoundRobinWriter):
     batch overwrites the rows the previous one just wrote."""
 
     def next_indices(self, n: int) -> torch.Tensor:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n={n!r}, but should be an int >= 1")
+        check_int("n", n)
         index = (self.cursor + torch.arange(n)) % self.capacity
         self.generation[index] = self.write_count
         self.write_count += 1  # one batch

@@ -35,7 +35,7 @@ Contract (the reference's, plus)
   ``generation`` lives on the device and is updated with at most two slices.
   ``generation_at(index)`` is ``generation[index]``; on the CPU computed
   from ``write_count`` (a ring's generations always are
-  ``rbcheck.reference.writer.expected_generation``: its writes and its loader keep
+  ``rbcheck.reference.writer.ring_generation``: its writes and its loader keep
   them so), without a random read of the generation column per index; on
   an accelerator one gather.
 
@@ -52,7 +52,7 @@ import math
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rbcheck.reference.arguments import as_tensor, check_index
+from rbcheck.reference.arguments import as_tensor, check_index, check_int
 from rbcheck.reference.storage import TensorStorage, columns
 from rbcheck.reference.writer import RoundRobinWriter, ring_generation
 
@@ -320,8 +320,7 @@ class DeviceWriter(RoundRobinWriter):
         self.generation = self.generation.to(self.device)
 
     def next_indices(self, n: int) -> torch.Tensor:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n={n!r}, but should be an int >= 1")
+        check_int("n", n)
         index = (self.cursor + torch.arange(n, device=self.device)) % self.capacity
         for s0, s1, r0, _ in ring_slices(self.cursor, n, self.capacity):
             self.generation[s0:s1] = torch.arange(self.write_count + r0,

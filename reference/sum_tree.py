@@ -27,8 +27,6 @@ from .arguments import check_index, check_int, last_occurrence
 
 
 class _Tree:
-    empty = 0.0  # value of an unused leaf
-
     def __init__(self, capacity: int):
         self.capacity = check_int("capacity", capacity)
         self.size = 1 << (capacity - 1).bit_length()  # next power of two
@@ -77,13 +75,8 @@ class _Tree:
 class SumTree(_Tree):
     """Leaves and their partial sums; ``total()`` is the sum of all leaves."""
 
-    empty = 0.0
-
-    def combine(self, left, right):
-        return left + right
-
-    def valid_leaf(self, leaf):
-        return torch.isfinite(leaf) & (leaf >= 0)
+    empty, combine = 0.0, staticmethod(torch.add)  # an unused leaf; a parent from its children
+    valid_leaf = staticmethod(lambda leaf: torch.isfinite(leaf) & (leaf >= 0))
 
     def total(self) -> float:
         return float(self.nodes[1])
@@ -104,13 +97,8 @@ class SumTree(_Tree):
 class MinTree(_Tree):
     """Leaves and their partial minima; ``min()`` is the smallest leaf."""
 
-    empty = float("inf")
-
-    def combine(self, left, right):
-        return torch.minimum(left, right)
-
-    def valid_leaf(self, leaf):  # zero priorities are stored as +inf
-        return leaf > 0
+    empty, combine = float("inf"), staticmethod(torch.minimum)
+    valid_leaf = staticmethod(lambda leaf: leaf > 0)  # zero priorities are stored as +inf
 
     def min(self) -> float:
         return float(self.nodes[1])

@@ -22,17 +22,13 @@ from tensordict import TensorDictBase
 
 def require_accelerator() -> None:
     if not torch.cuda.is_available():
-        raise RuntimeError(
-            "pin_memory=True needs an accelerator, but torch.cuda.is_available() is False; "
-            "pass pin_memory=False on a machine without a GPU"
-        )
+        raise RuntimeError("pin_memory=True needs an accelerator, but torch.cuda.is_available() is "
+                           "False; pass pin_memory=False on a machine without a GPU")
 
 
 def _pin(tensor: torch.Tensor) -> torch.Tensor:
     """Pin a host tensor; one already pinned or on a device is returned as is."""
-    if tensor.device.type != "cpu" or tensor.is_pinned():
-        return tensor
-    return tensor.pin_memory()
+    return tensor if tensor.device.type != "cpu" or tensor.is_pinned() else tensor.pin_memory()
 
 
 def pin_sample(sample: TensorDictBase, info: dict) -> tuple[TensorDictBase, dict]:

@@ -5,10 +5,9 @@ Contract
 * The tree is a complete binary tree stored in an array ``nodes`` of length ``2 * size`` where
   ``size`` is ``capacity`` rounded up to a power of two. Node 1 is the root, node ``k`` has
   children ``2k`` and ``2k + 1`` and leaf ``i`` lives at node ``size + i`` (node 0 is unused).
-* Unused leaves hold 0 (SumTree) or +inf (MinTree).
 * ``update(index, value)`` sets the leaves in order (a repeated index: the last value wins),
-  then recomputes every touched parent bottom up as ``left + right`` (SumTree) or
-  ``min(left, right)`` (MinTree).
+  then recomputes every touched parent bottom up as ``left + right`` (SumTree; unused leaves
+  hold 0) or ``min(left, right)`` (MinTree; unused leaves hold +inf).
 * ``SumTree.find_prefix(mass)`` descends from the root; at each node it goes left if
   ``mass < left_sum or right_sum == 0``, else does ``mass -= left_sum`` and goes right.
   Optimized implementations must use exactly this arithmetic so that the same masses give the

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck.reference.storage import TensorStorage
+from rbcheck.reference.storage import TensorStorage, layout_of
 
 
 def batch(values, n=None):
@@ -20,10 +20,10 @@ def batch(values, n=None):
 
 def test_lazy_allocation_fixes_layout_from_first_batch():
     s = TensorStorage(4)
-    assert s.data is None and len(s) == 0 and s.layout() == {}
+    assert s.data is None and len(s) == 0 and layout_of(s.data) == {}
     s.set(torch.tensor([0, 1]), batch([5, 6]))
     assert s.data.batch_size == (4,) and len(s) == 2
-    assert s.layout() == {
+    assert layout_of(s.data) == {
         ("obs",): ((), torch.float32),
         ("act",): ((), torch.int64),
         ("next", "obs"): ((1,), torch.float32),

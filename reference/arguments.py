@@ -70,8 +70,7 @@ def check_priority(priority, n: int, device="cpu") -> torch.Tensor:
 
 
 def check_generation(index: torch.Tensor, generation, current) -> torch.Tensor | None:
-    """The mask of entries to apply (None: all), after checking ``generation`` and that
-    every slot was written (``current >= 0``)."""
+    """The mask of entries to apply (None: all); every slot must be written (``current >= 0``)."""
     if current is None:
         return None
     current = torch.as_tensor(current)

@@ -14,8 +14,8 @@ Contract
 * Every argument is checked BEFORE anything changes; errors read
   ``<arg>=<got>, but should be <allowed>`` and leave the buffer unchanged.
 * ``state_dict``/``load_state_dict`` and ``dumps``/``loads`` (a checkpoint directory,
-  ``checkpoint.py``) round-trip the whole state, so the next samples are identical: the
-  ``generator`` (an int seed, None: torch's default seed, or a ``torch.Generator``) included.
+  ``checkpoint.py``) round-trip the whole state, ``generator`` included (an int seed, None for
+  torch's default seed, or a ``torch.Generator``), so the next samples are identical.
 
 Cost: ``extend`` O(n * row size) (+ O(n log capacity) prioritized), ``sample`` O(B * row size)
 plus the sampler's cost.
@@ -118,9 +118,8 @@ class ReplayBuffer:
         return self.sampler.indices_from_uniforms(u, len(self))
 
     def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "storage": self.storage.state_dict(),
-                "writer": self.writer.state_dict(), "sampler": self.sampler.state_dict(),
-                "generator": self.generator.get_state()}
+        parts = {name: getattr(self, name).state_dict() for name in ("storage", "writer", "sampler")}
+        return {"capacity": self.capacity, **parts, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the whole state. Everything is validated on copies first (ValueError)."""

@@ -14,9 +14,8 @@ Contract
   the buffer (``load_state_dict``) BEFORE changing the buffer. Any problem raises
   ``CheckpointError`` saying what is wrong; the buffer is then unchanged.
 * It holds only what cannot be derived (no generations, storage size, inner tree nodes or min
-  tree: derived on load), so an inconsistent one cannot be written down. The round trip is
-  bit-exact (rows, write count, priorities, max priority, sampler parameters, generator), hence
-  the next samples.
+  tree), so an inconsistent one cannot be written down. The round trip is bit-exact (rows, write
+  count, priorities, max priority, sampler parameters, generator), hence the next samples.
 
 Cost: O(size of the state) time; during a save one extra copy of the tensors in memory
 (serialised before the disk is touched) and on disk (the old checkpoint).
@@ -59,8 +58,8 @@ def save_checkpoint(buffer, path) -> None:
     text, blob = encode(buffer.state_dict())  # everything is serialised before the disk is touched
     path.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(prefix="ckpt-", dir=path))
-    _write(new / TENSORS, blob)
-    _write(new / META, text)
+    for name, data in ((TENSORS, blob), (META, text)):
+        _write(new / name, data)
     _fsync_dir(new)
     pointer = path / (POINTER + ".tmp")
     pointer.unlink(missing_ok=True)  # a leftover of a crashed save

@@ -2,11 +2,10 @@
 
 Contract
 --------
-* ``sample(storage, batch_size, generator)`` draws
-  ``u = torch.rand(batch_size, generator=generator, dtype=torch.float64)`` and returns
-  ``{"index": indices_from_uniforms(u, len(storage))}``.
-* ``indices_from_uniforms(u, size) = min(floor(u * size), size - 1)``: the same uniforms give
-  the same indices in every implementation that shares the randomness.
+* ``sample(storage, batch_size, generator)`` draws ``u = torch.rand(batch_size,
+  generator=generator, dtype=torch.float64)`` and returns ``{"index": indices_from_uniforms(u,
+  len(storage))}`` with ``indices_from_uniforms(u, size) = min(floor(u * size), size - 1)``:
+  the same uniforms give the same indices in every implementation that shares the randomness.
 * Every valid row has probability ``1 / len(storage)`` per draw.
 
 Cost: O(batch_size). No state besides the caller's generator.

@@ -27,12 +27,6 @@ from .arguments import check_int
 from .random_sampler import check_not_empty
 
 
-def _is_key(value) -> bool:
-    """A TensorDict key: a non-empty str, or a non-empty tuple of them."""
-    parts = value if isinstance(value, tuple) and value else (value,)
-    return all(isinstance(part, str) and part for part in parts)
-
-
 class SliceSampler:
     """Uniform trajectory slices (see module doc)."""
 
@@ -44,7 +38,8 @@ class SliceSampler:
             if value is not None:
                 check_int(name, value)
         for name, value in (("episode_key", episode_key), ("done_key", done_key)):
-            if not (_is_key(value) or (name == "done_key" and value is None)):
+            parts = value if isinstance(value, tuple) and value else (value,)  # a key: str or tuple
+            if not (all(isinstance(p, str) and p for p in parts) or (name == "done_key" and value is None)):
                 raise ValueError(f"{name}={value!r}, but should be a str or a tuple of str (a nested key)")
         if not isinstance(strict_length, bool):
             raise ValueError(f"strict_length={strict_length!r}, but should be a bool")
@@ -67,11 +62,9 @@ class SliceSampler:
         if key not in storage.data.keys(include_nested=True):
             raise ValueError(f"key={key!r}, but should be a key of the stored data")
         column = storage.data[key][:size].reshape(size, -1)[order]
-        new = torch.ones(size, dtype=torch.bool)  # new[i]: row i starts a trajectory
-        if self.done_key:  # the row after a done row
-            new[1:] = column[:-1].any(dim=1)
-        else:  # a change of episode id
-            new[1:] = (column[1:] != column[:-1]).any(dim=1)
+        # new[i]: row i starts a trajectory: it follows a done row (done_key) or its episode id changes
+        new = torch.ones(size, dtype=torch.bool)
+        new[1:] = column[:-1].any(dim=1) if self.done_key else (column[1:] != column[:-1]).any(dim=1)
         start = torch.nonzero(new).flatten()
         length = torch.diff(start, append=torch.tensor([size]))
         return order, start, length

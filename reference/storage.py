@@ -73,9 +73,8 @@ class TensorStorage:
             raise ValueError(f"len(index)={len(index)}, but should be len(data)={data.batch_size[0]}")
         if self.data is None:
             self.data = TensorDict({}, batch_size=[self.capacity], device=self.device)
-            for key, value in columns(data).items():
-                shape = (self.capacity, *value.shape[1:])
-                self.data.set(key, torch.zeros(shape, dtype=value.dtype, device=self.device))
+            for key, value in columns(data).items():  # one zeroed column of capacity rows per key
+                self.data.set(key, torch.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype, device=self.device))
         keep = last_occurrence(index, self.capacity)  # index_put with repeats is unordered
         rows = data if keep.all() else data[keep]
         self.data[index[keep].to(self.device)] = rows.to(self.device)
@@ -83,8 +82,7 @@ class TensorStorage:
 
     def get(self, index) -> TensorDictBase:
         """A copy of the rows at ``index`` (each must be a valid row)."""
-        index = check_index(index, self.size)
-        return self.data[index.to(self.device)]
+        return self.data[check_index(index, self.size).to(self.device)]
 
     def state_dict(self) -> dict:
         """``keys`` (lists of str) and the full-capacity ``columns``, one to one."""
@@ -93,6 +91,7 @@ class TensorStorage:
 
     def load_state_dict(self, state: dict, size: int) -> None:
         """Replace the contents, ``size`` rows valid; ValueError (nothing changed) on a mismatch."""
+        size = check_int("size", size, 0, self.capacity + 1)
         keys, values = [tuple(k) for k in state["keys"]], state["columns"]
         if len(keys) != len(values) or (size and not keys):
             raise ValueError(f"{len(values)} columns for keys={keys!r:.200} and size={size}, but "
@@ -110,6 +109,7 @@ class TensorStorage:
         if self.data is not None and data is not None and layout_of(data) != layout_of(self.data):
             raise ValueError(f"field layout={layout_of(data)}, but should be {layout_of(self.data)}")
         self.data, self.size = data, size
+
 
 def layout_of(data: TensorDictBase | None) -> dict[tuple[str, ...], tuple[tuple[int, ...], torch.dtype]]:
     """``{key: (row shape, dtype)}`` of a TensorDict of rows ({} for None: nothing allocated)."""

@@ -37,12 +37,10 @@ class _Tree:
         value = torch.as_tensor(value).to("cpu", torch.float64)
         if value.shape != index.shape:
             raise ValueError(f"value.shape={tuple(value.shape)}, but should be {tuple(index.shape)}")
-        if len(index) == 0:
-            return
         keep = last_occurrence(index, self.capacity)  # a repeated index: last write wins
         self.nodes[self.size + index[keep]] = value[keep]
         parent = torch.unique((index + self.size) // 2)
-        while parent[0] >= 1:
+        while len(parent) and parent[0] >= 1:  # up to the root (none for an empty index)
             self.nodes[parent] = self.combine(self.nodes[2 * parent], self.nodes[2 * parent + 1])
             parent = torch.unique(parent // 2)
 
@@ -88,8 +86,7 @@ class SumTree(_Tree):
             left = 2 * node
             left_sum, right_sum = self.nodes[left], self.nodes[left + 1]
             go_left = (mass < left_sum) | (right_sum == 0)
-            mass = torch.where(go_left, mass, mass - left_sum)
-            node = torch.where(go_left, left, left + 1)
+            mass, node = torch.where(go_left, mass, mass - left_sum), torch.where(go_left, left, left + 1)
         return node - self.size
 
 

@@ -26,6 +26,7 @@ import torch
 from rbcheck.harness.adapters.reference import buffer_adapter
 from rbcheck.harness.protocol import CAPABILITIES
 from rbcheck.reference import pinning
+from rbcheck.reference.arguments import check_int
 from rbcheck.reference.buffer import ReplayBuffer
 from rbcheck.reference.policy import place_policy as reference_place_policy
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler
@@ -118,10 +119,10 @@ def metadata_changes_types():
 class Float32OnLoadStorage(TensorStorage):
     """Loads every floating column as float32 (a dtype "normalisation")."""
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, size: int) -> None:
         columns = [c.to(torch.float32) if c.is_floating_point() else c for c in state["columns"]]
         self.data = None  # skip the layout check against the old allocation
-        super().load_state_dict({**state, "columns": columns})
+        super().load_state_dict({**state, "columns": columns}, size)
 
 
 def load_changes_dtypes():
@@ -722,7 +723,7 @@ class NeverWrittenLiveBuffer(ReplayBuffer):
     live, so an update may give it a priority and it can then be sampled."""
 
     def update_priority(self, index, priority, generation=None) -> None:
-        from rbcheck.reference.storage import check_index
+        from rbcheck.reference.arguments import check_index
 
         index = check_index(index, self.capacity)
         self.sampler.update_priority(index, priority, None)
@@ -739,7 +740,7 @@ class DeltaSumTree(SumTree):
     longer match the leaves, and sampling follows the sums."""
 
     def update(self, index, value) -> None:
-        from rbcheck.reference.storage import check_index, last_occurrence
+        from rbcheck.reference.arguments import check_index, last_occurrence
 
         index = check_index(index, self.capacity)
         value = torch.as_tensor(value).to("cpu", torch.float64)
@@ -777,8 +778,7 @@ class FoldedOnceWriter(RoundRobinWriter):
     ring, and the extend fails."""
 
     def next_indices(self, n: int) -> torch.Tensor:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n={n!r}, but should be an int >= 1")
+        check_int("n", n)
         raw = self.cursor + torch.arange(n)
         index = torch.where(raw >= self.capacity, raw - self.capacity, raw)
         rows = self.write_count + torch.arange(n)
@@ -815,8 +815,7 @@ class BatchCountingWriter(RoundRobinWriter):
     batch overwrites the rows the previous one just wrote."""
 
     def next_indices(self, n: int) -> torch.Tensor:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n={n!r}, but should be an int >= 1")
+        check_int("n", n)
         index = (self.cursor + torch.arange(n)) % self.capacity
         self.generation[index] = self.write_count
         self.write_count += 1  # one batch
@@ -916,9 +915,9 @@ class TopLevelOnlyStorage(TensorStorage):
         return {**state, "keys": [state["keys"][i] for i in kept],
                 "columns": [state["columns"][i] for i in kept]}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, size: int) -> None:
         self.data = None  # the fields it knows are the ones it saved
-        super().load_state_dict(state)
+        super().load_state_dict(state, size)
 
 
 def nested_field_missing_after_load():
@@ -986,9 +985,9 @@ class LoadIntoHeldRowsStorage(TensorStorage):
     shallow copy shares with the live buffer: a load refused later (the
     sampler differs) leaves the checkpoint's rows in the live buffer."""
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, size: int) -> None:
         held = self.data
-        super().load_state_dict(state)
+        super().load_state_dict(state, size)
         if held is not None and self.data is not None and set(held.keys(True, True)) == set(
                 self.data.keys(True, True)):
             held.update_(self.data)  # into the held (shared) memory
@@ -1265,7 +1264,7 @@ MUTANTS = (
 
 
 from rbcheck.harness.protocol import Conventions, ParamRange  # noqa: E402 - this section's own import
-from rbcheck.reference.storage import check_index, last_occurrence  # noqa: E402
+from rbcheck.reference.arguments import check_index, last_occurrence  # noqa: E402
 from rbcheck.reference.sum_tree import MinTree, SumTree  # noqa: E402
 
 #: What the float32-tree adapters claim: no checkpoints (the reference's

@@ -25,8 +25,8 @@ from rbcheck.harness.adapters.reference import reference_adapter
 from rbcheck.harness.concurrency import LockedBuffer, locked
 from rbcheck.harness.mutants import Mutant
 from rbcheck.harness.protocol import CAPABILITIES
+from rbcheck.reference.arguments import last_occurrence
 from rbcheck.reference.checkpoint import save_checkpoint
-from rbcheck.reference.storage import last_occurrence
 
 #: How long a mutant leaves the lock open where it should not (seconds): long
 #: enough that another thread runs in between, as a preemption would.

@@ -1,9 +1,8 @@
 """rbcheck's reference replay buffer: small, readable, and the spec.
 
-Each module holds one concept and documents its contract and cost; the optimized implementations
-in ``variants/`` must agree with these. Two parts: the buffer (every module but three) and, apart
-from it, policy placement and a tiny collector over a toy environment (``policy.py``,
-``collector.py``, ``env.py``), which use the buffer and are not part of it.
+Each module holds one concept with its contract and cost; ``variants/`` must agree with them.
+The buffer is every module but ``policy.py``, ``collector.py`` and ``env.py`` (policy placement
+and a tiny collector over a toy environment, which use the buffer and are not part of it).
 """
 
 from .buffer import ReplayBuffer
@@ -21,9 +20,8 @@ from .transforms import Compose, Transform
 from .writer import RoundRobinWriter
 
 __all__ = [
-    "ChainEnv", "CheckpointError", "Compose", "MinTree", "NotCopyableError",
-    "PrioritizedSampler", "RandomSampler", "ReplayBuffer", "RoundRobinWriter",
-    "SliceSampler", "SumTree", "SyncCollector", "TensorStorage", "Transform",
-    "load_checkpoint", "make_target_params", "pin_sample", "place_policy",
-    "require_accelerator", "save_checkpoint",
+    "ChainEnv", "CheckpointError", "Compose", "MinTree", "NotCopyableError", "PrioritizedSampler",
+    "RandomSampler", "ReplayBuffer", "RoundRobinWriter", "SliceSampler", "SumTree", "SyncCollector",
+    "TensorStorage", "Transform", "load_checkpoint", "make_target_params", "pin_sample",
+    "place_policy", "require_accelerator", "save_checkpoint",
 ]

@@ -31,25 +31,24 @@ def check_number(name: str, value, high: float = math.inf) -> float:
     return float(value)
 
 
-def as_tensor(value, name: str) -> torch.Tensor:
-    """``value`` as a tensor on a readable device."""
+def as_tensor(value, name: str, integer: bool = False) -> torch.Tensor:
+    """``value`` as a tensor on a readable device (``integer``: of an integer dtype, as int64)."""
     try:
         tensor = torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as error:
         raise ValueError(f"{name}={value!r:.80}, but should be a tensor of numbers ({error})") from None
     if tensor.device.type not in READABLE_DEVICES:
         raise ValueError(f"{name}.device={tensor.device}, but should be one of {READABLE_DEVICES}")
-    return tensor
+    if integer and (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool):
+        raise ValueError(f"{name}.dtype={tensor.dtype}, but should be an integer dtype")
+    return tensor.long() if integer else tensor
 
 
 def check_index(index, high: int, name: str = "index") -> torch.Tensor:
     """``index`` as a 1-D int64 CPU tensor with ``0 <= index < high``."""
-    index = as_tensor(index, name)
-    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
-        raise ValueError(f"{name}.dtype={index.dtype}, but should be an integer dtype")
+    index = as_tensor(index, name, integer=True).cpu()
     if index.dim() != 1:
         raise ValueError(f"{name}.shape={tuple(index.shape)}, but should be 1-D")
-    index = index.long().cpu()
     bad = index[(index < 0) | (index >= high)]
     if bad.numel():
         raise ValueError(f"{name}={bad[:5].tolist()}, but should be in [0, {high})")
@@ -71,8 +70,7 @@ def check_priority(priority, n: int, device="cpu") -> torch.Tensor:
 
 
 def check_generation(index: torch.Tensor, generation, current) -> torch.Tensor | None:
-    """The mask of entries to apply (None: all), after checking ``generation`` and that
-    every slot was written (``current >= 0``)."""
+    """The mask of entries to apply (None: all); every slot must be written (``current >= 0``)."""
     if current is None:
         return None
     current = torch.as_tensor(current)
@@ -81,12 +79,10 @@ def check_generation(index: torch.Tensor, generation, current) -> torch.Tensor |
                          f"but should be slots already written")
     if generation is None:
         return None
-    generation = as_tensor(generation, "generation")
-    if generation.is_floating_point() or generation.is_complex() or generation.dtype == torch.bool:
-        raise ValueError(f"generation.dtype={generation.dtype}, but should be an integer dtype")
+    generation = as_tensor(generation, "generation", integer=True)
     if generation.shape != index.shape:
         raise ValueError(f"generation.shape={tuple(generation.shape)}, but should be {tuple(index.shape)}")
-    return generation.to(current.device, current.dtype) == current
+    return generation.to(current.device) == current
 
 
 def last_occurrence(index: torch.Tensor, high: int) -> torch.Tensor:
@@ -99,10 +95,8 @@ def last_occurrence(index: torch.Tensor, high: int) -> torch.Tensor:
 
 def as_generator(generator) -> torch.Generator:
     """An int seeds a new Generator; None gives one with torch's default seed."""
-    if isinstance(generator, int) and not isinstance(generator, bool):
-        return torch.Generator().manual_seed(generator)
-    if generator is None:
-        return torch.Generator()
-    if not isinstance(generator, torch.Generator):
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.Generator() if generator is None else generator
+    if not isinstance(generator, int) or isinstance(generator, bool):
         raise ValueError(f"generator={generator!r}, but should be None, an int seed or a torch.Generator")
-    return generator
+    return torch.Generator().manual_seed(generator)

@@ -5,19 +5,17 @@ Contract
 * ``extend(data)`` writes the rows of a TensorDict ``[n]`` in order and returns their slots;
   ``add(row)`` writes one row (no batch dim) and returns its slot. With a prioritized sampler,
   rows whose data carry ``priority_key`` get those raw priorities, others the max priority seen
-  (``priority_key=None``: always the max). The priority column is stored like any other key (the
-  layout is fixed by the first batch).
+  (``priority_key=None``: always the max); the priority column is stored like any other key.
 * ``sample(batch_size)`` returns ``(rows, info)``: the sampler picks slots, the rows are
-  gathered (a copy), the transform runs, ``info`` gets ``generation`` (each slot's write
-  generation), and the pin step ``pinning.pin_sample`` runs LAST when ``pin_memory=True``.
-* ``update_priority(index, priority, generation=None)``: entries whose generation differs from
-  the slot's current one are ignored (overwritten since sampled).
+  gathered (a copy), the transform runs, ``info`` gets each slot's write ``generation``, and the
+  pin step ``pinning.pin_sample`` runs LAST when ``pin_memory=True``.
+* ``update_priority(index, priority, generation=None)`` ignores entries whose generation
+  differs from the slot's current one (overwritten since sampled).
 * Every argument is checked BEFORE anything changes; errors read
   ``<arg>=<got>, but should be <allowed>`` and leave the buffer unchanged.
-* ``state_dict``/``load_state_dict`` and ``dumps``/``loads`` (a checkpoint directory, see
-  ``checkpoint.py``) round-trip the whole state, generator included, so the next samples are
-  identical.
-* ``generator``: an int seed, None (torch's default seed) or a ``torch.Generator``.
+* ``state_dict``/``load_state_dict`` and ``dumps``/``loads`` (a checkpoint directory,
+  ``checkpoint.py``) round-trip the whole state, ``generator`` included (an int seed, None for
+  torch's default seed, or a ``torch.Generator``), so the next samples are identical.
 
 Cost: ``extend`` O(n * row size) (+ O(n log capacity) prioritized), ``sample`` O(B * row size)
 plus the sampler's cost.
@@ -64,11 +62,10 @@ class ReplayBuffer:
     capacity = property(lambda self: self.storage.capacity)
     cursor = property(lambda self: self.writer.cursor)
     write_count = property(lambda self: self.writer.write_count)
+    prioritized = property(lambda self: hasattr(self.sampler, "update_priority"))
 
     def __len__(self) -> int:
         return len(self.storage)
-
-    prioritized = property(lambda self: hasattr(self.sampler, "update_priority"))
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
@@ -121,27 +118,24 @@ class ReplayBuffer:
         return self.sampler.indices_from_uniforms(u, len(self))
 
     def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "storage": self.storage.state_dict(),
-                "writer": self.writer.state_dict(), "sampler": self.sampler.state_dict(),
-                "generator": self.generator.get_state()}
+        parts = {name: getattr(self, name).state_dict() for name in ("storage", "writer", "sampler")}
+        return {"capacity": self.capacity, **parts, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the whole state. Everything is validated on copies first (ValueError)."""
         try:
             if state["capacity"] != self.capacity:
                 raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
-            staged = {name: copy.copy(getattr(self, name)) for name in ("storage", "writer", "sampler")}
-            for name, part in staged.items():
-                part.load_state_dict(state[name])  # load rebinds, never mutates
-            count = staged["writer"].write_count
-            if len(staged["storage"]) != min(count, self.capacity):
-                raise ValueError(f"storage size={len(staged['storage'])}, but should be "
-                                 f"min(write_count={count}, capacity={self.capacity})")
+            live = self.writer, self.storage, self.sampler
+            writer, storage, sampler = staged = [copy.copy(part) for part in live]  # loads rebind, never mutate
+            writer.load_state_dict(state["writer"])
+            storage.load_state_dict(state["storage"], min(writer.write_count, self.capacity))  # slots fill in order
+            sampler.load_state_dict(state["sampler"])
             torch.Generator().set_state(state["generator"])  # validates the generator state
         except (KeyError, TypeError, AttributeError, IndexError, OverflowError, RuntimeError) as error:
             raise ValueError(f"state={error!r}, but should be a complete, valid state_dict") from error
-        for name, part in staged.items():
-            getattr(self, name).__dict__.update(part.__dict__)
+        for part, loaded in zip(live, staged, strict=True):
+            part.__dict__.update(loaded.__dict__)
         self.generator.set_state(state["generator"])
 
     # a checkpoint directory at ``path``: atomic save; load validated first (checkpoint.py)

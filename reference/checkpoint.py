@@ -13,9 +13,9 @@ Contract
   cap. The files are decoded and checked (``checkpoint_format.decode``), then the state against
   the buffer (``load_state_dict``) BEFORE changing the buffer. Any problem raises
   ``CheckpointError`` saying what is wrong; the buffer is then unchanged.
-* It holds only what cannot be derived (no generations, inner tree nodes or min tree: rebuilt on
-  load), so an inconsistent one cannot be written down. The round trip is bit-exact (storage,
-  write count, priorities, max priority, sampler parameters, generator), hence the next samples.
+* It holds only what cannot be derived (no generations, storage size, inner tree nodes or min
+  tree), so an inconsistent one cannot be written down. The round trip is bit-exact (rows, write
+  count, priorities, max priority, sampler parameters, generator), hence the next samples.
 
 Cost: O(size of the state) time; during a save one extra copy of the tensors in memory
 (serialised before the disk is touched) and on disk (the old checkpoint).
@@ -30,11 +30,10 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .checkpoint_format import META, TENSORS, CheckpointError, _checksum, decode, encode, require
+from .checkpoint_format import META, TENSORS, CheckpointError, decode, encode, require
 
 POINTER, NAME = "CURRENT", re.compile(r"ckpt-[A-Za-z0-9_]+")
 MAX_POINTER_BYTES, MAX_META_BYTES = 256, 1 << 26
-__all__ = ["CheckpointError", "_checksum", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
 
 
 def _write(file: Path, data: bytes) -> None:
@@ -59,8 +58,8 @@ def save_checkpoint(buffer, path) -> None:
     text, blob = encode(buffer.state_dict())  # everything is serialised before the disk is touched
     path.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(prefix="ckpt-", dir=path))
-    _write(new / TENSORS, blob)
-    _write(new / META, text)
+    for name, data in ((TENSORS, blob), (META, text)):
+        _write(new / name, data)
     _fsync_dir(new)
     pointer = path / (POINTER + ".tmp")
     pointer.unlink(missing_ok=True)  # a leftover of a crashed save

@@ -2,25 +2,21 @@
 
 Contract
 --------
-* Priorities handed in are RAW. The tree stores ``(p + eps) ** alpha``, computed once, in
-  float64, whichever path wrote it: ``on_write`` for new rows (with or without a priority) and
-  ``update_priority``.
-* ``max_priority`` is a Python float: the largest raw priority seen over the buffer's life (new
-  rows, priority keys, updates), starting at 1.0. A new row written without a priority gets
-  ``max_priority``.
-* A draw picks slot ``i`` with probability ``P_i = leaf_i / total``. With
-  ``u = torch.rand(B, dtype=float64)`` and ``mass = u * total`` the slots are
-  ``SumTree.find_prefix(mass)``.
-* ``weight_i = (N * P_i) ** -beta / (N * P_min) ** -beta`` with ``N`` the number of stored rows
-  and ``P_min`` the smallest positive probability over the STORED rows (not the batch), so the
-  largest possible weight is 1. Computed in float64, returned as float32.
-* Priorities must be finite and ``>= 0``. A stored value of 0 (raw 0 with ``eps = 0``) is never
-  sampled and is left out of ``P_min``.
+* Priorities handed in are RAW, finite and ``>= 0``. The tree stores ``(p + eps) ** alpha``,
+  computed once, in float64, whichever path wrote it: ``on_write`` for new rows (with or
+  without a priority) and ``update_priority``.
+* ``max_priority`` is a Python float: the largest raw priority seen over the buffer's life (any
+  path), starting at 1.0. A new row written without a priority gets ``max_priority``.
+* A draw picks slot ``i`` with probability ``P_i = leaf_i / total``: with
+  ``u = torch.rand(B, dtype=float64)`` the slots are ``SumTree.find_prefix(u * total)``.
+* ``weight_i = (N * P_i) ** -beta / (N * P_min) ** -beta``, in float64 returned as float32, with
+  ``N`` the number of stored rows and ``P_min`` the smallest positive probability over the STORED
+  rows (not the batch), so the largest possible weight is 1. A stored 0 (raw 0 with ``eps = 0``)
+  is never sampled and is left out of ``P_min``.
 * ``update_priority`` ignores entries whose ``generation`` differs from the slot's
-  ``current_generation`` (the slot was overwritten since it was sampled) and rejects slots that
-  were never written.
-* The state is the parameters, ``max_priority`` and the sum tree's leaves; the min tree follows
-  from them and is rebuilt on load.
+  ``current_generation`` (overwritten since sampled) and rejects slots never written.
+* The state is the parameters, ``max_priority`` and the sum tree's leaves; the min tree is
+  rebuilt from the leaves on load.
 
 Cost: ``on_write`` / ``update_priority`` O(k log capacity) for k slots, ``sample`` O(B log
 capacity); memory O(capacity) for the two trees.
@@ -36,22 +32,18 @@ from .arguments import check_generation, check_index, check_int, check_number, c
 from .random_sampler import check_not_empty
 from .sum_tree import MinTree, SumTree
 
-__all__ = ["PrioritizedSampler", "check_generation", "check_priority"]
 
 class PrioritizedSampler:
     """Sum tree + min tree over ``capacity`` slots (see module doc)."""
 
     def __init__(self, capacity: int, alpha: float, beta: float, eps: float = 1e-8):
-        self.capacity = capacity
-        self.alpha = check_number("alpha", alpha)
+        self.capacity, self.max_priority = capacity, 1.0
+        self.alpha, self.eps = check_number("alpha", alpha), check_number("eps", eps)
         self.beta = check_number("beta", beta, high=1.0)
-        self.eps = check_number("eps", eps)
         self.sum_tree = SumTree(capacity)
         self.min_tree = MinTree(capacity)  # holds +inf for zero leaves: they are never sampled
-        self.max_priority = 1.0
 
-    def check_priority(self, priority, n: int) -> torch.Tensor:
-        return check_priority(priority, n)
+    check_priority = staticmethod(check_priority)  # (priority, n): raw float64[n] (arguments.py)
 
     def _store(self, index: torch.Tensor, raw: torch.Tensor) -> None:
         """The ONLY place a raw priority is transformed."""
@@ -64,10 +56,8 @@ class PrioritizedSampler:
     def on_write(self, index, priority=None) -> None:
         """New rows at ``index``: their raw ``priority``, or ``max_priority`` if None."""
         index = check_index(index, self.capacity)
-        if priority is None:
-            raw = torch.full((len(index),), self.max_priority, dtype=torch.float64)
-        else:
-            raw = self.check_priority(priority, len(index))
+        raw = (torch.full((len(index),), self.max_priority, dtype=torch.float64) if priority is None
+               else self.check_priority(priority, len(index)))
         self._store(index, raw)
 
     def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
@@ -94,9 +84,7 @@ class PrioritizedSampler:
             raise ValueError(f"total priority={total}, but should be > 0 to sample")
         u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
         index = self.indices_from_uniforms(u)
-        n = len(storage)
-        p = self.sum_tree.leaf(index) / total
-        p_min = self.min_tree.min() / total
+        n, p, p_min = len(storage), self.sum_tree.leaf(index) / total, self.min_tree.min() / total
         weight = (n * p) ** -self.beta / (n * p_min) ** -self.beta
         return {"index": index, "weight": weight.to(torch.float32)}
 
@@ -110,9 +98,7 @@ class PrioritizedSampler:
             raise ValueError(f"sampler type={state.get('type')!r}, but should be 'PrioritizedSampler'")
         alpha, eps = check_number("alpha", state["alpha"]), check_number("eps", state["eps"])
         beta = check_number("beta", state["beta"], high=1.0)
-        max_priority = state["max_priority"]
-        if not isinstance(max_priority, float) or not math.isfinite(max_priority) or max_priority < 0:
-            raise ValueError(f"max_priority={max_priority!r}, but should be a finite float >= 0")
+        max_priority = check_number("max_priority", state["max_priority"])
         sum_tree, min_tree = SumTree(self.capacity), MinTree(self.capacity)
         sum_tree.load_state_dict(state["sum_tree"])
         leaves = sum_tree.leaf(torch.arange(self.capacity))

@@ -2,11 +2,10 @@
 
 Contract
 --------
-* ``sample(storage, batch_size, generator)`` draws
-  ``u = torch.rand(batch_size, generator=generator, dtype=torch.float64)`` and returns
-  ``{"index": indices_from_uniforms(u, len(storage))}``.
-* ``indices_from_uniforms(u, size) = min(floor(u * size), size - 1)``: the same uniforms give
-  the same indices in every implementation that shares the randomness.
+* ``sample(storage, batch_size, generator)`` draws ``u = torch.rand(batch_size,
+  generator=generator, dtype=torch.float64)`` and returns ``{"index": indices_from_uniforms(u,
+  len(storage))}`` with ``indices_from_uniforms(u, size) = min(floor(u * size), size - 1)``:
+  the same uniforms give the same indices in every implementation that shares the randomness.
 * Every valid row has probability ``1 / len(storage)`` per draw.
 
 Cost: O(batch_size). No state besides the caller's generator.
@@ -19,10 +18,6 @@ import torch
 from .arguments import check_int
 
 
-def check_batch_size(batch_size) -> None:
-    check_int("batch_size", batch_size)
-
-
 def check_not_empty(storage) -> None:
     if len(storage) == 0:
         raise ValueError("len(buffer)=0, but should be >= 1 to sample")
@@ -33,7 +28,7 @@ class RandomSampler:
 
     def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
         """``{"index": int64[batch_size]}``; ``cursor`` is unused (same signature as the others)."""
-        check_batch_size(batch_size)
+        check_int("batch_size", batch_size)
         check_not_empty(storage)
         u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
         return {"index": self.indices_from_uniforms(u, len(storage))}

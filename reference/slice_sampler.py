@@ -6,8 +6,8 @@ Contract
   ring is read from its oldest slot (slot 0 while not full, the writer's cursor once full), so a
   trajectory may wrap past the last slot. With ``done_key`` instead, a trajectory ends at each
   row whose done flag is True (and at the newest row).
-* Exactly one of ``num_slices`` / ``slice_len`` is fixed; the other is ``batch_size // it`` and
-  ``batch_size`` must be divisible by it.
+* Exactly one of ``num_slices`` / ``slice_len`` is fixed; ``batch_size`` must be a multiple of
+  it and the other is ``batch_size // it``.
 * Eligible trajectories: length >= ``slice_len`` when ``strict_length``, otherwise all (a short
   one gives a shorter slice, so the batch may be smaller than ``batch_size``). Each slice picks
   an eligible trajectory uniformly with replacement, then a start uniformly in
@@ -24,13 +24,7 @@ from __future__ import annotations
 import torch
 
 from .arguments import check_int
-from .random_sampler import check_batch_size, check_not_empty
-
-
-def _is_key(value) -> bool:
-    """A TensorDict key: a non-empty str, or a non-empty tuple of them."""
-    parts = value if isinstance(value, tuple) and value else (value,)
-    return all(isinstance(part, str) and part for part in parts)
+from .random_sampler import check_not_empty
 
 
 class SliceSampler:
@@ -39,31 +33,26 @@ class SliceSampler:
     def __init__(self, num_slices=None, slice_len=None, episode_key="episode", done_key=None,
                  strict_length=True):
         if (num_slices is None) == (slice_len is None):
-            raise ValueError(
-                f"num_slices={num_slices!r}, slice_len={slice_len!r}, but should be exactly one set"
-            )
+            raise ValueError(f"num_slices={num_slices!r}, slice_len={slice_len!r}, but should be exactly one set")
         for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
             if value is not None:
                 check_int(name, value)
         for name, value in (("episode_key", episode_key), ("done_key", done_key)):
-            if not (_is_key(value) or (name == "done_key" and value is None)):
+            parts = value if isinstance(value, tuple) and value else (value,)  # a key: str or tuple
+            if not (all(isinstance(p, str) and p for p in parts) or (name == "done_key" and value is None)):
                 raise ValueError(f"{name}={value!r}, but should be a str or a tuple of str (a nested key)")
         if not isinstance(strict_length, bool):
             raise ValueError(f"strict_length={strict_length!r}, but should be a bool")
-        self.num_slices, self.slice_len = num_slices, slice_len
+        self.num_slices, self.slice_len, self.strict_length = num_slices, slice_len, strict_length
         self.episode_key, self.done_key = episode_key, done_key
-        self.strict_length = strict_length
 
     def shape(self, batch_size: int) -> tuple[int, int]:
         """``(num_slices, slice_len)`` for a batch of ``batch_size`` rows."""
-        check_batch_size(batch_size)
         fixed = self.num_slices or self.slice_len
-        if batch_size % fixed:
+        if check_int("batch_size", batch_size) % fixed:
             name = "num_slices" if self.num_slices else "slice_len"
             raise ValueError(f"batch_size={batch_size}, but should be a multiple of {name}={fixed}")
-        if self.num_slices:
-            return self.num_slices, batch_size // self.num_slices
-        return batch_size // self.slice_len, self.slice_len
+        return (fixed, batch_size // fixed) if self.num_slices else (batch_size // fixed, fixed)
 
     def trajectories(self, storage, cursor: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(order, start, length)``: slots oldest first, and each run's start/length in it."""
@@ -73,11 +62,9 @@ class SliceSampler:
         if key not in storage.data.keys(include_nested=True):
             raise ValueError(f"key={key!r}, but should be a key of the stored data")
         column = storage.data[key][:size].reshape(size, -1)[order]
-        new = torch.ones(size, dtype=torch.bool)  # new[i]: row i starts a trajectory
-        if self.done_key:  # the row after a done row
-            new[1:] = column[:-1].any(dim=1)
-        else:  # a change of episode id
-            new[1:] = (column[1:] != column[:-1]).any(dim=1)
+        # new[i]: row i starts a trajectory: it follows a done row (done_key) or its episode id changes
+        new = torch.ones(size, dtype=torch.bool)
+        new[1:] = column[:-1].any(dim=1) if self.done_key else (column[1:] != column[:-1]).any(dim=1)
         start = torch.nonzero(new).flatten()
         length = torch.diff(start, append=torch.tensor([size]))
         return order, start, length
@@ -89,10 +76,8 @@ class SliceSampler:
         order, start, length = self.trajectories(storage, cursor)
         eligible = torch.nonzero(length >= slice_len if self.strict_length else length > 0).flatten()
         if len(eligible) == 0:
-            raise ValueError(
-                f"trajectories of length >= slice_len={slice_len}: 0, but should be >= 1 "
-                f"(longest is {int(length.max())}; try strict_length=False)"
-            )
+            raise ValueError(f"trajectories of length >= slice_len={slice_len}: 0, but should be >= 1 "
+                             f"(longest is {int(length.max())}; try strict_length=False)")
         pick = torch.rand(num_slices, generator=generator, dtype=torch.float64)
         traj = eligible[torch.floor(pick * len(eligible)).long().clamp_(max=len(eligible) - 1)]
         span = (length[traj] - slice_len).clamp(min=0) + 1  # number of possible starts
@@ -106,16 +91,13 @@ class SliceSampler:
     def on_write(self, index, priority=None) -> None:
         """Nothing to track: trajectories are read from the data at sample time."""
 
+    params = ("num_slices", "slice_len", "episode_key", "done_key", "strict_length")  # the state
+
     def state_dict(self) -> dict:
-        return {"type": "SliceSampler", "num_slices": self.num_slices, "slice_len": self.slice_len,
-                "episode_key": self.episode_key, "done_key": self.done_key,
-                "strict_length": self.strict_length}
+        return {"type": "SliceSampler", **{k: getattr(self, k) for k in self.params}}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("type") != "SliceSampler":
             raise ValueError(f"sampler type={state.get('type')!r}, but should be 'SliceSampler'")
-        params = {k: state[k] for k in ("num_slices", "slice_len", "episode_key", "done_key",
-                                        "strict_length")}
-        for k in ("episode_key", "done_key"):  # a nested key comes back from JSON as a list
-            params[k] = tuple(params[k]) if isinstance(params[k], list) else params[k]
-        self.__init__(**params)  # re-validates the parameters before anything is set
+        # a nested key comes back from JSON as a list; __init__ checks all before setting any
+        self.__init__(**{k: tuple(state[k]) if isinstance(state[k], list) else state[k] for k in self.params})

@@ -5,10 +5,9 @@ Contract
 * The tree is a complete binary tree stored in an array ``nodes`` of length ``2 * size`` where
   ``size`` is ``capacity`` rounded up to a power of two. Node 1 is the root, node ``k`` has
   children ``2k`` and ``2k + 1`` and leaf ``i`` lives at node ``size + i`` (node 0 is unused).
-* Unused leaves hold 0 (SumTree) or +inf (MinTree).
 * ``update(index, value)`` sets the leaves in order (a repeated index: the last value wins),
-  then recomputes every touched parent bottom up as ``left + right`` (SumTree) or
-  ``min(left, right)`` (MinTree).
+  then recomputes every touched parent bottom up as ``left + right`` (SumTree; unused leaves
+  hold 0) or ``min(left, right)`` (MinTree; unused leaves hold +inf).
 * ``SumTree.find_prefix(mass)`` descends from the root; at each node it goes left if
   ``mass < left_sum or right_sum == 0``, else does ``mass -= left_sum`` and goes right.
   Optimized implementations must use exactly this arithmetic so that the same masses give the
@@ -27,8 +26,6 @@ from .arguments import check_index, check_int, last_occurrence
 
 
 class _Tree:
-    empty = 0.0  # value of an unused leaf
-
     def __init__(self, capacity: int):
         self.capacity = check_int("capacity", capacity)
         self.size = 1 << (capacity - 1).bit_length()  # next power of two
@@ -40,12 +37,10 @@ class _Tree:
         value = torch.as_tensor(value).to("cpu", torch.float64)
         if value.shape != index.shape:
             raise ValueError(f"value.shape={tuple(value.shape)}, but should be {tuple(index.shape)}")
-        if len(index) == 0:
-            return
         keep = last_occurrence(index, self.capacity)  # a repeated index: last write wins
         self.nodes[self.size + index[keep]] = value[keep]
         parent = torch.unique((index + self.size) // 2)
-        while parent[0] >= 1:
+        while len(parent) and parent[0] >= 1:  # up to the root (none for an empty index)
             self.nodes[parent] = self.combine(self.nodes[2 * parent], self.nodes[2 * parent + 1])
             parent = torch.unique(parent // 2)
 
@@ -77,13 +72,8 @@ class _Tree:
 class SumTree(_Tree):
     """Leaves and their partial sums; ``total()`` is the sum of all leaves."""
 
-    empty = 0.0
-
-    def combine(self, left, right):
-        return left + right
-
-    def valid_leaf(self, leaf):
-        return torch.isfinite(leaf) & (leaf >= 0)
+    empty, combine = 0.0, staticmethod(torch.add)  # an unused leaf; a parent from its children
+    valid_leaf = staticmethod(lambda leaf: torch.isfinite(leaf) & (leaf >= 0))
 
     def total(self) -> float:
         return float(self.nodes[1])
@@ -96,21 +86,15 @@ class SumTree(_Tree):
             left = 2 * node
             left_sum, right_sum = self.nodes[left], self.nodes[left + 1]
             go_left = (mass < left_sum) | (right_sum == 0)
-            mass = torch.where(go_left, mass, mass - left_sum)
-            node = torch.where(go_left, left, left + 1)
+            mass, node = torch.where(go_left, mass, mass - left_sum), torch.where(go_left, left, left + 1)
         return node - self.size
 
 
 class MinTree(_Tree):
     """Leaves and their partial minima; ``min()`` is the smallest leaf."""
 
-    empty = float("inf")
-
-    def combine(self, left, right):
-        return torch.minimum(left, right)
-
-    def valid_leaf(self, leaf):  # zero priorities are stored as +inf
-        return leaf > 0
+    empty, combine = float("inf"), staticmethod(torch.minimum)
+    valid_leaf = staticmethod(lambda leaf: leaf > 0)  # zero priorities are stored as +inf
 
     def min(self) -> float:
         return float(self.nodes[1])

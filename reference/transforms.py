@@ -5,8 +5,7 @@ Contract
 * A transform is any callable ``TensorDict -> TensorDict``. It receives the gathered rows (a
   copy, so changing them never touches the storage) and returns the sample handed to the user.
   It may return a new TensorDict, including one with ``device=None``.
-* ``Transform`` is an optional base class: subclasses implement ``forward(td)``; calling the
-  object calls ``forward``.
+* ``Transform`` is an optional base class: calling it calls ``forward(td)``, which subclasses implement.
 * ``Compose(t1, t2, ...)(td) == t2(t1(td))...``: applied left to right.
 
 Cost: whatever the transforms cost; ``Compose`` adds O(number of transforms).

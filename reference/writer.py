@@ -3,13 +3,11 @@
 Contract
 --------
 * Row number ``j`` of the buffer's life (``j = 0, 1, 2, ...``) goes to slot ``j % capacity``:
-  the ring overwrites the oldest row first.
+  the ring overwrites the oldest row first. ``next_indices(n)`` returns the slots of the next
+  ``n`` rows and advances; when ``n > capacity`` slots repeat and the later rows win.
 * ``cursor`` is the next slot to write, ``write_count`` the rows written so far.
-* ``generation[s]`` is the row number ``j`` last written to slot ``s`` (``-1`` if the slot was
-  never written). A consumer that remembers the generation of a sampled slot can tell whether it
-  was overwritten since.
-* ``next_indices(n)`` returns the ``n`` slots for the next ``n`` rows and advances; when
-  ``n > capacity`` slots repeat and the later rows win.
+* ``generation[s]`` is the row number last written to slot ``s`` (``-1``: never), so a consumer
+  that remembers the generation of a sampled slot can tell whether it was overwritten since.
 * The state is the write count alone: cursor and generations follow from it
   (``ring_generation``), so a checkpoint cannot hold inconsistent ones.
 
@@ -28,8 +26,7 @@ class RoundRobinWriter:
 
     def __init__(self, capacity: int):
         self.capacity = check_int("capacity", capacity)
-        self.cursor = 0
-        self.write_count = 0
+        self.cursor, self.write_count = 0, 0
         self.generation = torch.full((capacity,), -1, dtype=torch.long)
 
     def next_indices(self, n: int) -> torch.Tensor:
@@ -48,13 +45,8 @@ class RoundRobinWriter:
     def load_state_dict(self, state: dict) -> None:
         """Replace the state; raises ValueError (before changing anything) if invalid."""
         count = check_int("write_count", state["write_count"], 0, 2**62)
-        self.generation = expected_generation(count, self.capacity)
+        self.generation = ring_generation(torch.arange(self.capacity), count, self.capacity)
         self.write_count, self.cursor = count, count % self.capacity
-
-
-def expected_generation(write_count: int, capacity: int) -> torch.Tensor:
-    """``generation`` of a ring that has written ``write_count`` rows (-1: never written)."""
-    return ring_generation(torch.arange(capacity), write_count, capacity)
 
 
 def ring_generation(slot: torch.Tensor, write_count: int, capacity: int) -> torch.Tensor:

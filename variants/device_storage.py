@@ -35,7 +35,7 @@ Contract (the reference's, plus)
   ``generation`` lives on the device and is updated with at most two slices.
   ``generation_at(index)`` is ``generation[index]``; on the CPU computed
   from ``write_count`` (a ring's generations always are
-  ``rbcheck.reference.writer.expected_generation``: its writes and its loader keep
+  ``rbcheck.reference.writer.ring_generation``: its writes and its loader keep
   them so), without a random read of the generation column per index; on
   an accelerator one gather.
 
@@ -52,14 +52,15 @@ import math
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rbcheck.reference.storage import TensorStorage, as_tensor, check_index, columns
+from rbcheck.reference.arguments import as_tensor, check_index, check_int
+from rbcheck.reference.storage import TensorStorage, columns
 from rbcheck.reference.writer import RoundRobinWriter, ring_generation
 
 from . import native
 
 
 def check_index_fast(index, high: int, name: str = "index") -> torch.Tensor:
-    """``rbcheck.reference.storage.check_index`` without its boolean-mask gather on the
+    """``rbcheck.reference.arguments.check_index`` without its boolean-mask gather on the
     happy path (two reductions instead) and keeping the index on its device;
     the same errors, raised by the reference's function."""
     index = as_tensor(index, name)  # the reference's conversion (rejects unreadable devices)
@@ -290,14 +291,14 @@ class DeviceStorage(TensorStorage):
         gather_columns([column for _, column in self._cols], index, outs, self._layouts)
         return _to_tensordict(tree, batch, self.device)
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, size: int) -> None:
         """The reference's load into NEW memory only (the columns it clones), never
         into the rows already held: the buffer stages a load on a shallow copy of
         its storage before it knows the whole checkpoint fits, so writing into the
         shared rows would change the live buffer even when the load is refused.
         The loaded columns are plain tensors until ``repack`` moves them into
         interleaved rows (the variant buffer calls it once the load is accepted)."""
-        super().load_state_dict(state)
+        super().load_state_dict(state, size)
         self._refresh(pack=False)
 
 
@@ -319,8 +320,7 @@ class DeviceWriter(RoundRobinWriter):
         self.generation = self.generation.to(self.device)
 
     def next_indices(self, n: int) -> torch.Tensor:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n={n!r}, but should be an int >= 1")
+        check_int("n", n)
         index = (self.cursor + torch.arange(n, device=self.device)) % self.capacity
         for s0, s1, r0, _ in ring_slices(self.cursor, n, self.capacity):
             self.generation[s0:s1] = torch.arange(self.write_count + r0,

@@ -32,9 +32,9 @@ import math
 
 import torch
 
+from rbcheck.reference.arguments import check_generation, check_int, check_priority
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
-from rbcheck.reference.prioritized_sampler import check_generation, check_priority
-from rbcheck.reference.random_sampler import check_batch_size, check_not_empty
+from rbcheck.reference.random_sampler import check_not_empty
 
 from . import native
 from .device_storage import TensorPool
@@ -151,7 +151,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
                 and native.usable(self.sum_tree.raw_nodes))
 
     def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
-        check_batch_size(batch_size)
+        check_int("batch_size", batch_size)
         check_not_empty(storage)
         fused = self._native()
         if fused:  # plain reads: no stacking, no tensor round trip

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import torch
 
+from rbcheck.reference.arguments import check_int
 from rbcheck.reference.random_sampler import RandomSampler as ReferenceRandomSampler
-from rbcheck.reference.random_sampler import check_batch_size, check_not_empty
+from rbcheck.reference.random_sampler import check_not_empty
 
 
 class RandomSampler(ReferenceRandomSampler):
     """Reference uniform sampler whose indices live on the storage's device."""
 
     def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
-        check_batch_size(batch_size)
+        check_int("batch_size", batch_size)
         check_not_empty(storage)
         u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
         return {"index": self.indices_from_uniforms(u.to(storage.device), len(storage))}

@@ -49,7 +49,7 @@ import os
 
 import torch
 
-from rbcheck.reference.storage import check_index
+from rbcheck.reference.arguments import check_index
 from rbcheck.reference.sum_tree import MinTree, SumTree
 
 from . import native

@@ -192,7 +192,7 @@ def test_json_mutations_are_refused_or_give_a_consistent_buffer(pristine, tmp_pa
     else:
         parent.append(data.draw(json_values, label="appended"))
     if resign and isinstance(meta, dict):
-        meta["checksum"] = checkpoint._checksum(meta)
+        meta["checksum"] = checkpoint_format._checksum(meta)
     file.write_text(json.dumps(meta))
     rb = load_into_other(path)
     if rb is None:
@@ -287,11 +287,11 @@ def test_missing_extra_and_wrong_version(pristine, tmp_path, damage, monkeypatch
         (path / "CURRENT").unlink()
     elif damage == "schema_version_2":
         meta["schema_version"] = checkpoint_format.SCHEMA_VERSION + 1
-        meta["checksum"] = checkpoint._checksum(meta)
+        meta["checksum"] = checkpoint_format._checksum(meta)
     elif damage == "unused_tensor":  # a tensor nobody refers to: the state was edited
         meta["state"]["storage"]["columns"].pop()
         meta["state"]["storage"]["keys"].pop()
-        meta["checksum"] = checkpoint._checksum(meta)
+        meta["checksum"] = checkpoint_format._checksum(meta)
     elif damage == "deeply_nested_json":
         (sub / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
     elif damage == "meta_too_large":
@@ -336,7 +336,7 @@ def test_a_pickle_in_place_of_the_tensors_never_runs(pristine, tmp_path, kind, m
         torch.save({"x": Payload(marker)}, file)
     meta = json.loads((live(path) / "meta.json").read_text())
     meta["sha256"]["tensors.safetensors"] = hashlib.sha256(file.read_bytes()).hexdigest()
-    meta["checksum"] = checkpoint._checksum(meta)
+    meta["checksum"] = checkpoint_format._checksum(meta)
     (live(path) / "meta.json").write_text(json.dumps(meta))
 
     def forbidden(*args, **kwargs):

@@ -115,9 +115,15 @@ def test_load_state_dict_rejects_inconsistent_state_before_changing_anything():
     bad = ReplayBuffer(4, generator=0)
     bad.extend(rows(3))
     state = bad.state_dict()
-    state["writer"] = before["writer"]  # storage says 3 rows, writer says 2
-    with pytest.raises(ValueError, match=r"storage size=3, but should be min\(write_count=2"):
+    empty = ReplayBuffer(4).state_dict()
+    state["storage"] = empty["storage"]  # no columns, but the writer says 3 rows were written
+    with pytest.raises(ValueError, match=r"0 columns for keys=\[\] and size=3, but should be one per key"):
         rb.load_state_dict(state)
+    state = bad.state_dict()
+    state["writer"] = before["writer"]  # 3 rows held, 2 written: the size is the writer's
+    twin = ReplayBuffer(4, generator=0)
+    twin.load_state_dict(state)
+    assert len(twin) == 2 and twin.write_count == 2
     with pytest.raises(ValueError, match="state=KeyError"):
         rb.load_state_dict({"capacity": 4, "storage": state["storage"]})
     state = bad.state_dict() | {"generator": torch.zeros(3, dtype=torch.uint8)}

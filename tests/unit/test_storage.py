@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck.reference.storage import TensorStorage
+from rbcheck.reference.storage import TensorStorage, layout_of
 
 
 def batch(values, n=None):
@@ -20,10 +20,10 @@ def batch(values, n=None):
 
 def test_lazy_allocation_fixes_layout_from_first_batch():
     s = TensorStorage(4)
-    assert s.data is None and len(s) == 0 and s.layout() == {}
+    assert s.data is None and len(s) == 0 and layout_of(s.data) == {}
     s.set(torch.tensor([0, 1]), batch([5, 6]))
     assert s.data.batch_size == (4,) and len(s) == 2
-    assert s.layout() == {
+    assert layout_of(s.data) == {
         ("obs",): ((), torch.float32),
         ("act",): ((), torch.int64),
         ("next", "obs"): ((1,), torch.float32),
@@ -88,14 +88,19 @@ def test_state_dict_round_trip_and_layout_validation():
     s = TensorStorage(3)
     s.set(torch.tensor([0, 1]), batch([1, 2]))
     state = s.state_dict()
-    assert state["keys"] == [["obs"], ["act"], ["next", "obs"]] and state["size"] == 2
+    assert state["keys"] == [["obs"], ["act"], ["next", "obs"]] and set(state) == {"keys", "columns"}
     fresh = TensorStorage(3)
-    fresh.load_state_dict(state)
+    fresh.load_state_dict(state, 2)  # the size is the caller's (the buffer's writer count)
     assert len(fresh) == 2 and (fresh.data == s.data).all()
     other = TensorStorage(3)
     other.set(torch.tensor([0]), TensorDict({"x": torch.ones(1)}, batch_size=[1]))
     with pytest.raises(ValueError, match="field layout="):
-        other.load_state_dict(state)
+        other.load_state_dict(state, 2)
     assert other.data["x"].tolist() == [1.0, 0.0, 0.0] and len(other) == 1
     with pytest.raises(ValueError, match=r"\('obs',\).shape=\(3,\), but should start with 5"):
-        TensorStorage(5).load_state_dict(state)
+        TensorStorage(5).load_state_dict(state, 2)
+    with pytest.raises(ValueError, match=r"0 columns for keys=\[\] and size=1, but should be"):
+        TensorStorage(3).load_state_dict({"keys": [], "columns": []}, 1)
+    for keys in ([["obs"], ["obs"]], [["next"], ["next", "obs"]], [[""], ["a"]]):  # twice, inside, empty
+        with pytest.raises(ValueError, match=r"key=.*, but should be a list of non-empty strings, distinct"):
+            TensorStorage(3).load_state_dict({"keys": keys, "columns": [torch.zeros(3)] * 2}, 2)

@@ -300,7 +300,7 @@ def gather_rows(columns, index: torch.Tensor, outs, layouts) -> None:
 def ring_generation(index: torch.Tensor, write_count: int, capacity: int,
                     out: torch.Tensor) -> torch.Tensor:
     """``out`` (int64) = generations of ring slots ``index`` (in ``[0, capacity)``)
-    after ``write_count`` rows: ``rbcheck.reference.writer.expected_generation`` at ``index``."""
+    after ``write_count`` rows: ``rbcheck.reference.writer.ring_generation`` at ``index``."""
     _state["lib"].rb_ring_generation(index.data_ptr(), index.shape[0], write_count, capacity,
                                      out.data_ptr())
     return out

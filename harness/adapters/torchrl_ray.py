@@ -25,7 +25,8 @@ TorchRL's ``_replay_lock`` covers extend, sample and update inside it.
   buffer is given back when closed or garbage collected.
 * Mapping as in ``torchrl.py`` (the in-process adapter): samplers
   ``RandomSampler()`` / ``PrioritizedSampler(capacity, alpha, beta, eps)``;
-  ``sample(B, return_info=True)``, TorchRL's ``"index"`` column hidden,
+  ``sample(B, return_info=True, include_info=False)`` (the info stays out of
+  the rows), TorchRL's ``"index"`` column hidden,
   ``"priority_weight"`` also given as ``"weight"``; ``save``/``load`` are
   ``dumps``/``loads`` (the actor writes and reads the directory, on this
   machine). ``update_priority`` takes no generation: "stale_updates" is not
@@ -51,6 +52,7 @@ import importlib
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +240,33 @@ def _kwargs(spec: BufferSpec) -> dict:
 # --------------------------------------------------------------------------
 
 
+def _actor_error(err: BaseException) -> BaseException:
+    """The error an actor raised, as it raised it. Ray hands it back as
+    ``RayTaskError(<its class>)``, a class made anew for every raise, so two
+    raises of one bug look like two bugs to Hypothesis (which then reports a
+    FlakyFailure instead of the failure); the cause is stable."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) else err
+
+
+def _unwrapping(method: Callable) -> Callable:
+    """``method`` raising what the actor raised (:func:`_actor_error`)."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        try:
+            return method(*args, **kwargs)
+        except ray.exceptions.RayTaskError as err:
+            error = _actor_error(err)
+        # raised outside the handler: no __context__ pointing at Ray's wrapper
+        error.__context__ = error.__cause__ = None
+        raise error
+
+    return call
+
+
 class _RayWriter:
     """A writer running as a Ray task; ``join_result`` waits for its slots."""
 
@@ -253,7 +282,7 @@ class _RayWriter:
             ray.cancel(self.ref, force=True)
             raise TimeoutError("Ray writer task still running") from None
         except ray.exceptions.RayTaskError as err:
-            raise err.as_instanceof_cause() from None
+            raise _actor_error(err) from None
 
 
 @functools.cache
@@ -281,6 +310,10 @@ class _ClientWriter:
 
 class TorchRLRayBuffer:
     """A :class:`BufferUnderTest` over one ``RayReplayBuffer`` owner."""
+
+    #: read by the interrupted-save property, which injects its faults into
+    #: this process: the save runs in the actor's
+    saves_in_another_process = "TorchRL's dumps runs in the Ray actor that serves the buffer"
 
     def __init__(self, owner: Any, spec: BufferSpec):
         self.owner = owner
@@ -312,9 +345,11 @@ class TorchRLRayBuffer:
         return data
 
     # writing
+    @_unwrapping
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         return torch.as_tensor(self._here().extend(data.copy()), dtype=torch.long)
 
+    @_unwrapping
     def add(self, row: TensorDictBase) -> int:
         return int(self._here().add(row.copy()))
 
@@ -323,13 +358,15 @@ class TorchRLRayBuffer:
         return _RayWriter(_writer_task().remote(self._here().client(), job))
 
     # reading
+    @_unwrapping
     def __len__(self) -> int:
         return len(self._here())
 
+    @_unwrapping
     def sample(self, batch_size: int | None = None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            data, info = self._here().sample(batch_size, return_info=True)
+            data, info = self._here().sample(batch_size, return_info=True, include_info=False)
         info = dict(info)
         index = info.get("index")
         if isinstance(index, tuple) and len(index) == 1:
@@ -338,6 +375,7 @@ class TorchRLRayBuffer:
             info["weight"] = info["priority_weight"]
         return self._visible(data), info
 
+    @_unwrapping
     def contents(self) -> TensorDictBase:
         n = len(self.owner)
         return self._visible(self.owner[torch.arange(n, dtype=torch.long)]).clone()
@@ -352,10 +390,12 @@ class TorchRLRayBuffer:
         return int(self._remote("_writer")._cursor)  # TorchRL has no public cursor
 
     @property
+    @_unwrapping
     def write_count(self) -> int:
         return int(self.owner.write_count)
 
     # priorities
+    @_unwrapping
     def update_priority(self, index, priority, generation=None) -> None:
         if generation is not None:
             raise NotImplementedError(
@@ -378,9 +418,11 @@ class TorchRLRayBuffer:
                                   "(capability 'shared_rng' is not declared)")
 
     # checkpoints
+    @_unwrapping
     def save(self, path: Path) -> None:
         self._here().dumps(str(path))
 
+    @_unwrapping
     def load(self, path: Path) -> None:
         self._here().loads(str(path))
 

@@ -8,6 +8,7 @@ import os
 import time
 
 import pytest
+import torch
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' dependency group: nox -s ray)")
 pytest.importorskip("torchrl", reason="torchrl is not installed (the 'torchrl' dependency group)")
@@ -99,3 +100,24 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def test_an_error_raised_in_the_actor_comes_back_as_raised(adapter):
+    """Ray wraps an actor's error in a class made anew for every raise; the
+    adapter hands back the actor's own error (stable, so Hypothesis sees one
+    bug, not a FlakyFailure) and the rows stay out of the info."""
+    buf = adapter.make(BufferSpec(capacity=4, sampler="prioritized", alpha=0.6, beta=0.4, eps=1e-3))
+    try:
+        buf.extend(make_rows(0, 0, 4, 2))
+        rows, info = buf.sample(2)
+        assert "priority_weight" not in rows.keys() and "weight" in info
+        raised = []
+        for _ in range(2):
+            with pytest.raises(RuntimeError) as caught:  # TorchRL's trees are float32
+                buf.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, 2.0], dtype=torch.float64))
+            raised.append(caught.value)
+        assert [type(e) for e in raised] == [RuntimeError, RuntimeError], (
+            f"error classes={[type(e) for e in raised]}, but should be the actor's RuntimeError each time")
+        assert all(e.__context__ is None for e in raised)
+    finally:
+        buf.close()

@@ -90,6 +90,7 @@ def ray(session: nox.Session) -> None:
     benchmark in smoke mode. Each command is bounded (RAY_TIMEOUT_S) and shuts
     Ray down when it ends. CI runs it after `nox -s tests`."""
     install(session, "test", "torchrl", "ray")
+    ensure_torchrl_extension(session)  # the served buffer's prioritized sampler needs it
     session.env.setdefault("RBCHECK_PROFILE", "ci")
     session.env["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing leaves the machine
     session.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's single-machine mode: loopback only

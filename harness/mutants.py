@@ -344,6 +344,7 @@ def save_not_atomic():
     return _adapter("save-not-atomic", SaveInPlaceBuffer)
 
 
+
 class ClearThenLoadBuffer(ReplayBuffer):
     """Empties itself before reading the checkpoint: a refused load leaves the
     buffer changed."""
@@ -1375,43 +1376,40 @@ def float32_declared_bfloat16_kept():
     return _float32_adapter("mutant-float32-declared-bfloat16-kept", BFloat16LeavesSampler)
 
 
-class BatchMaxWrongSampler(Float32TreeSampler):
-    """Declares weight_normaliser="batch_max" but divides by the batch's
-    SMALLEST weight: wrong in batch_max terms too (weights >= 1)."""
+class BatchMaxSampler(Float32TreeSampler):
+    """float32 trees whose weights are divided by the batch's largest weight
+    (``weight_normaliser="batch_max"``, correct); ``reduce`` names the batch
+    statistic divided by."""
+
+    reduce = "max"
 
     def sample(self, storage, batch_size, generator, cursor=0) -> dict:
         out = super().sample(storage, batch_size, generator, cursor)
         total, n = self.sum_tree.total(), len(storage)
         w = (n * self.sum_tree.leaf(out["index"]).double() / total) ** -self.beta
-        out["weight"] = (w / w.min()).to(torch.float32)
+        out["weight"] = (w / getattr(w, self.reduce)()).to(torch.float32)
         return out
 
 
+class BatchMaxWrongSampler(BatchMaxSampler):
+    """Declares weight_normaliser="batch_max" but divides by the batch's
+    SMALLEST weight: wrong in batch_max terms too (weights >= 1)."""
+
+    reduce = "min"
+
+
+BATCH_MAX = Conventions(priority_dtype=torch.float32, weight_normaliser="batch_max")
+
+
 def batch_max_declared_but_divided_by_batch_min():
-    return _float32_adapter(
-        "mutant-batch-max-declared-but-divided-by-batch-min",
-        BatchMaxWrongSampler,
-        Conventions(priority_dtype=torch.float32, weight_normaliser="batch_max"),
-    )
+    return _float32_adapter("mutant-batch-max-declared-but-divided-by-batch-min", BatchMaxWrongSampler,
+                            BATCH_MAX)
 
 
 def batch_max_control():
     """The control for the batch_max mutant: float32 trees whose weights are
     correctly divided by the batch's largest weight, declared as such."""
-
-    class BatchMaxSampler(Float32TreeSampler):
-        def sample(self, storage, batch_size, generator, cursor=0) -> dict:
-            out = super().sample(storage, batch_size, generator, cursor)
-            total, n = self.sum_tree.total(), len(storage)
-            w = (n * self.sum_tree.leaf(out["index"]).double() / total) ** -self.beta
-            out["weight"] = (w / w.max()).to(torch.float32)
-            return out
-
-    return _float32_adapter(
-        "batch-max-control",
-        BatchMaxSampler,
-        Conventions(priority_dtype=torch.float32, weight_normaliser="batch_max"),
-    )
+    return _float32_adapter("batch-max-control", BatchMaxSampler, BATCH_MAX)
 
 
 class PositiveAlphaSampler(PrioritizedSampler):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -343,6 +344,25 @@ class SaveInPlaceBuffer(ReplayBuffer):
 def save_not_atomic():
     return _adapter("save-not-atomic", SaveInPlaceBuffer)
 
+
+class ForkUnsafeSaveBuffer(ReplayBuffer):
+    """Saves only from the process that made it (as a buffer whose save
+    goes through a helper thread or handle that a fork does not carry), and
+    raises anywhere else: the interrupted-save property, which saves from
+    a forked child, must not count that raise as an interruption."""
+
+    def __init__(self, capacity=None, **kwargs):
+        super().__init__(capacity, **kwargs)
+        self.owner_pid = os.getpid()
+
+    def dumps(self, path) -> None:
+        if os.getpid() != self.owner_pid:
+            raise RuntimeError(f"save from pid {os.getpid()}: only pid {self.owner_pid} can save")
+        super().dumps(path)
+
+
+def save_fails_in_a_forked_process():
+    return _adapter("save-fails-in-a-forked-process", ForkUnsafeSaveBuffer)
 
 
 class ClearThenLoadBuffer(ReplayBuffer):
@@ -1138,6 +1158,12 @@ MUTANTS = (
     Mutant(
         "save_not_atomic",
         "a save that deletes the old checkpoint before writing the new one",
+        ("test_checkpoint_faults.py",),
+        ("test_interrupted_save_leaves_a_loadable_checkpoint",),
+    ),
+    Mutant(
+        "save_fails_in_a_forked_process",
+        "a save that fails on its own, taken for an interrupted one",
         ("test_checkpoint_faults.py",),
         ("test_interrupted_save_leaves_a_loadable_checkpoint",),
     ),

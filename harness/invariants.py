@@ -1,0 +1,266 @@
+"""The catalogue of invariants: one entry per behaviour a replay buffer must
+have, the conformance properties that check it, the historic mutants that
+must fail those properties and the public issues behind it.
+
+This is the one place these facts live. The rules that read them:
+
+* a known-failures entry or an expected failure may not name a property of a
+  *seed* invariant (:func:`seed_invariant_of`);
+* ``docs/coverage.md`` (its table) and the README's list of seed invariants
+  are generated from it (``python -m rbcheck.harness.invariants``) and a test
+  checks they are current;
+* a test checks that every property named here exists, that every
+  conformance property belongs to an invariant, and that every mutant named
+  here exists and targets one of its invariant's properties.
+
+A property is named by its id, ``<file stem>::<test>`` (``rbcheck list``);
+``[param]`` after it names one parametrization. Mutants are named by factory;
+they live in the repository, not in the installed package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Invariant:
+    id: str
+    statement: str
+    properties: tuple[str, ...] = ()
+    mutants: tuple[str, ...] = ()  # historic mutants: each modelled on one of real_bugs
+    real_bugs: tuple[str, ...] = ()
+    seed: int | None = None  # 1..5: a seed invariant (no known failure may hide it)
+    number: int | None = None  # its number in the catalogue of real bugs
+    why_uncovered: str = ""  # for an entry without properties
+
+
+PT, CR, PM, PP = "test_priority_transform", "test_checkpoint_roundtrip", "test_pin_memory", "test_policy_placement"
+RB, SD, TS = "test_real_bugs", "test_sampling_distributions", "test_trajectory_slices"
+BI, CF, CC = "test_bad_input", "test_checkpoint_faults", "test_concurrency"
+MODEL = "test_model_comparison::test_implementation_matches_reference_model"
+LIVE = f"{RB}::test_sampled_slots_are_live_and_weights_belong_to_them"
+
+CATALOGUE: tuple[Invariant, ...] = (
+    Invariant(
+        "checkpoint_exact", seed=1,
+        statement="save -> load round-trips exactly, the prioritized sampler's state (max priority with "
+        "its type, trees), the writer's cursor, count and generations and the generator included, so the "
+        "next samples are identical; metadata is plain JSON and no file is a pickle",
+        properties=(f"{CR}::test_save_load_round_trips_exactly", f"{CR}::test_checkpoint_metadata_is_plain_json",
+                    f"{CR}::test_checkpoint_holds_no_pickle"),
+        real_bugs=("pytorch/rl #3055", "pytorch/rl #3056", "pytorch/rl #3120"),
+    ),
+    Invariant(
+        "transformed_once", seed=2, number=2,
+        statement="a priority is transformed `(p + eps) ** alpha` exactly once per add, extend or update, "
+        "whatever path wrote it; a new row's priority follows one declared rule",
+        properties=(f"{PT}::test_writer_default_priority_is_transformed_once",
+                    f"{PT}::test_updated_priority_is_transformed_once",
+                    f"{PT}::test_priority_key_in_data_is_transformed_once"),
+        mutants=("new_rows_get_priority_one", "priority_written_by_two_paths"),
+        real_bugs=("pytorch/rl #2211", "ray-project/ray #11750", "pytorch/rl PR #2215", "pytorch/rl PR #2242"),
+    ),
+    Invariant(
+        "pinned_as_asked", seed=3, number=9,
+        statement="with `pin_memory=True` the returned sample is pinned after every transform, also one "
+        "that builds a TensorDict with `device=None`, and so are the info keys; without an accelerator "
+        "the request is a clear error at construction",
+        properties=(f"{PM}::test_pin_step_is_last_and_sees_transformed_sample_and_info",
+                    f"{PM}::test_returned_sample_is_pinned_on_cuda",
+                    f"{PM}::test_pin_memory_without_accelerator_is_a_clear_error"),
+        mutants=("pinned_sample_cloned_after_pinning",),
+        real_bugs=("pytorch/rl #2404", "pytorch/rl #2206"),
+    ),
+    Invariant(
+        "policy_in_place", seed=4,
+        statement="a policy that cannot be deep-copied is used in place when no copy is needed, and "
+        "otherwise fails with an error naming its class and the fix",
+        properties=(f"{PP}::test_non_copyable_policy_is_used_in_place_when_no_copy_is_needed",
+                    f"{PP}::test_non_copyable_policy_needing_a_copy_fails_with_a_clear_error",
+                    f"{PP}::test_copyable_policy_is_copied_when_a_copy_is_asked_for"),
+    ),
+    Invariant(
+        "tutorial_runs", seed=5,
+        statement="the tutorial's trajectory example (episodes, steps, slice sampling) runs as written",
+        properties=(f"{TS}::test_trajectory_example_runs_as_written",),
+    ),
+    Invariant(
+        "live_slots", number=1,
+        statement="every sampled index is a live slot; the weight returned belongs to the index returned",
+        properties=(LIVE, MODEL),
+        mutants=("float32_prefix_search_clamped_after_weight", "sample_range_from_cursor"),
+        real_bugs=("pytorch/rl #2230 (PR #2239)", "ray-project/ray #7180", "pytorch/rl #1873"),
+    ),
+    Invariant(
+        "weights", number=3,
+        statement="importance weights are `(N P_i) ** -beta` over the declared normaliser, on the "
+        "indices' device",
+        properties=(LIVE, f"{SD}::test_weights_are_normalised_as_declared", MODEL),
+        mutants=("batch_option_uses_memory_minimum", "weights_left_on_host"),
+        real_bugs=("chainer/chainerrl PR #570", "pytorch/rl #2518"),
+    ),
+    Invariant(
+        "stale_updates", number=4,
+        statement="an update for a slot overwritten since it was sampled leaves the new occupant alone; "
+        "never-written slots are not live; repeated slots in one update follow one rule",
+        properties=(f"{SD}::test_stale_priority_updates_are_ignored",
+                    f"{BI}::test_bad_input_is_refused_and_nothing_changes[index_never_written]",
+                    f"{RB}::test_update_with_repeated_slots_samples_by_the_last_entry",
+                    f"{CC}::test_concurrent_stale_updates_never_land_on_the_new_occupant", MODEL),
+        mutants=("stale_priorities_applied_by_slot", "never_written_slot_taken_as_live",
+                 "repeated_update_sums_every_entry"),
+        real_bugs=("ray-project/ray #6534", "uber-research/ape-x #7", "pytorch/rl PR #4043",
+                   "thu-ml/tianshou PR #94"),
+    ),
+    Invariant(
+        "ring", number=5,
+        statement="the ring keeps exactly the last `capacity` rows for any batch size (0, 1, capacity, "
+        "over 2x capacity)",
+        properties=(f"{RB}::test_ring_keeps_the_last_capacity_rows_for_any_batch_size",
+                    "test_ring_eviction::test_ring_eviction_matches_reference_and_closed_form"),
+        mutants=("extend_over_twice_capacity_fails", "full_flag_set_before_the_write", "capacity_counted_in_batches"),
+        real_bugs=("pytorch/rl PR #1295", "assume-framework/assume PR #855", "ray-project/ray #24393, #10958"),
+    ),
+    Invariant(
+        "slices", number=6,
+        statement="slices are contiguous, inside one episode, also across the ring's wrap and the write "
+        "cursor; episodes are drawn as the closed form says",
+        properties=(f"{TS}::test_slices_are_contiguous_and_inside_one_episode",
+                    f"{TS}::test_slices_run_across_the_ring_wrap", f"{SD}::test_slice_sampling_matches_closed_form",
+                    f"{SD}::test_short_episodes_are_sliced_only_without_strict_length"),
+        mutants=("slice_start_drawn_over_whole_trajectory",),
+        real_bugs=("pytorch/rl #2208", "pytorch/rl #1969", "instadeepai/flashbax PR #51"),
+    ),
+    Invariant(
+        "checkpoint_identity", number=7,
+        statement="save -> load is the identity on everything that decides future behaviour, also "
+        "save -> save elsewhere -> load -> save -> load, and carrying on after a load",
+        properties=(f"{CR}::test_save_load_round_trips_exactly",
+                    f"{RB}::test_save_load_chain_and_carrying_on_match_no_checkpoint",
+                    f"{CF}::test_checkpoint_that_does_not_fit_is_refused"),
+        mutants=("sampler_metadata_not_json_encodable", "second_checkpoint_at_new_path_lost",
+                 "full_flag_not_restored", "nested_field_missing_after_load", "refused_load_writes_into_held_rows"),
+        real_bugs=("pytorch/rl #3055 (#3056)", "pytorch/rl PR #4388", "AI4Finance-Foundation/ElegantRL PR #299",
+                   "thu-ml/tianshou #728", "DLR-RM/stable-baselines3 #1542"),
+    ),
+    Invariant(
+        "new_buffer_is_empty", number=8,
+        statement="a new buffer holds nothing it was not given",
+        properties=(f"{RB}::test_new_buffer_holds_nothing_it_was_not_given",),
+        mutants=("scratch_dir_leaks_previous_run",),
+        real_bugs=("pytorch/rl #2437",),
+    ),
+    Invariant(
+        "transitions", number=10,
+        statement="n-step returns and next observations match an oracle: truncation is not termination, "
+        "windows never cross an episode end or the write cursor",
+        real_bugs=("DLR-RM/stable-baselines3 #1853, #934, #1503", "younggyoseo/FastTD3 #6",
+                   "thu-ml/tianshou #135, #82", "google/dopamine #213, #228"),
+        why_uncovered="neither the protocol nor the reference has transitions or n-step returns yet: "
+        "a capability and a reference oracle come first",
+    ),
+    Invariant(
+        "no_torn_rows", number=11,
+        statement="concurrent writers and samplers never see a torn row, lose or duplicate a write",
+        properties=(f"{CC}::test_concurrent_samples_never_see_a_torn_row",
+                    f"{CC}::test_concurrent_writes_lose_and_duplicate_nothing",
+                    f"{CC}::test_concurrent_sampling_matches_closed_form",
+                    f"{CC}::test_checkpoint_taken_during_writes_is_a_consistent_snapshot"),
+        real_bugs=("pytorch/rl #3463", "pytorch/rl #2185"),
+    ),
+    Invariant(
+        "sample_cost", number=12,
+        statement="the cost of a sample grows with the batch, not the capacity",
+        real_bugs=("pytorch/rl #2669",),
+        why_uncovered="a timing claim: measured as ratios in bench/, never asserted in a test",
+    ),
+    Invariant(
+        "memory_ownership", number=13,
+        statement="the buffer owns its memory and leaves the caller's alone: no call changes its "
+        "arguments, and neither the caller's tensors nor a returned sample share memory with the storage",
+        real_bugs=("thu-ml/tianshou #82", "cpprb #116", "Farama SuperSuit PR #116"),
+        why_uncovered="no property yet",
+    ),
+    Invariant(
+        "sampling_mass", number=14,
+        statement="the sampling mass is the sum of the held priorities after any sequence of updates and "
+        "in any dtype; zero-priority slots are never returned; boundary masses map to the right slot",
+        real_bugs=("instadeepai/flashbax #52", "JuliaReinforcementLearning RLTrajectories PR #56",
+                   "hill-a/stable-baselines #941", "vwxyzjn/cleanrl #546"),
+        why_uncovered="the closed-form properties apply at most one update with small priorities: no "
+        "property yet for long update sequences and boundary masses",
+    ),
+    Invariant(
+        "sampling_distribution",
+        statement="every sampler draws as its closed form says: uniform over the held slots, "
+        "proportional to the stored priorities, independently within a batch (or as declared), and "
+        "the same uniforms give the reference's indices",
+        properties=(f"{SD}::test_uniform_sampling_matches_closed_form",
+                    f"{SD}::test_prioritized_sampling_matches_closed_form",
+                    f"{SD}::test_draws_within_a_batch_are_independent",
+                    f"{SD}::test_same_uniforms_give_same_indices_as_reference",
+                    f"{SD}::test_a_dead_index_fails_before_it_is_counted", MODEL),
+    ),
+    Invariant(
+        "bad_input_refused",
+        statement="bad input is a clear error naming the argument and the allowed range, and leaves "
+        "the buffer as it was",
+        properties=(f"{BI}::test_parameters_outside_the_declared_range_are_refused",
+                    f"{BI}::test_bad_input_is_refused_and_nothing_changes",
+                    f"{BI}::test_bad_buffer_description_is_refused",
+                    f"{BI}::test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly"),
+    ),
+    Invariant(
+        "checkpoint_faults_refused",
+        statement="a damaged, missing, misfit or half-written checkpoint is refused with a clear error "
+        "and changes nothing; an interrupted save leaves a loadable checkpoint",
+        properties=(f"{CF}::test_damaged_checkpoint_is_refused_and_nothing_changes",
+                    f"{CF}::test_missing_or_empty_directory_is_refused",
+                    f"{CF}::test_checkpoint_that_does_not_fit_is_refused",
+                    f"{CF}::test_interrupted_save_leaves_a_loadable_checkpoint"),
+    ),
+)
+
+BY_ID = {inv.id: inv for inv in CATALOGUE}
+
+
+def base_id(property_id: str) -> str:
+    """``file::test`` of ``file::test[param]``."""
+    return property_id.split("[", 1)[0]
+
+
+def seed_invariants() -> list[Invariant]:
+    return sorted((inv for inv in CATALOGUE if inv.seed), key=lambda inv: inv.seed)
+
+
+def seed_invariant_of(property_id: str) -> Invariant | None:
+    """The seed invariant a property (``file::test``, any parametrization)
+    checks, or None. A seed invariant covers every parametrization of its
+    properties."""
+    base = base_id(property_id)
+    for inv in seed_invariants():
+        if base in {base_id(p) for p in inv.properties}:
+            return inv
+    return None
+
+
+def seed_list_markdown() -> str:
+    """The README's numbered list of the seed invariants."""
+    return "\n".join(f"{inv.seed}. {inv.statement};" for inv in seed_invariants()).rstrip(";") + "."
+
+
+def coverage_table_markdown() -> str:
+    """``docs/coverage.md``'s table: every numbered invariant, its
+    properties and its historic mutants (with the issues behind them)."""
+    lines = ["| # | invariant | seed | properties | historic mutants | real bugs |", "|---|---|---|---|---|---|"]
+    for inv in sorted((i for i in CATALOGUE if i.number), key=lambda i: i.number):
+        props = ", ".join(f"`{p}`" for p in inv.properties) or f"**not covered**: {inv.why_uncovered}"
+        mutants = ", ".join(f"`{m}`" for m in inv.mutants) or "none"
+        lines.append(f"| {inv.number} | {inv.statement} | {inv.seed or ''} | {props} | {mutants} "
+                     f"| {'; '.join(inv.real_bugs)} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print("README seed list:\n" + seed_list_markdown() + "\n\ncoverage table:\n" + coverage_table_markdown())

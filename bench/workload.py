@@ -322,14 +322,6 @@ def check_priorities(got: torch.Tensor, expected: torch.Tensor, where: str,
         fail("stored_priority max relative error vs reference", float(err), f"<= {text}", where)
 
 
-def expected_weights(reference: BufferUnderTest, index: torch.Tensor, size: int, beta: float = BETA) -> torch.Tensor:
-    """``w_i = (p_i / p_min) ** -beta`` from the reference's stored priorities:
-    the same as ``(N P_i)^-beta / (N P_min)^-beta`` with ``P = p / total``."""
-    stored = reference.stored_priority(torch.arange(size))
-    p_min = stored.min()
-    return (stored[index] / p_min) ** -beta
-
-
 def check_same_state(got: BufferUnderTest, want: BufferUnderTest, where: str, prioritized: bool) -> None:
     """Length, cursor, write count, contents (and stored priorities) equal."""
     for name in ("__len__", "cursor", "write_count"):

@@ -51,31 +51,16 @@ from rbcheck.harness.assertions import (
     assert_tensor_equal,
     fail,
     priority_tolerance,
-    weight_tolerance,
 )
 from rbcheck.harness.oracle import PriorityOracle
 from rbcheck.harness.protocol import Adapter, Conventions
 from rbcheck.harness.strategies import layouts, priorities, specs
-
-#: Kept for code written against the old constants; the properties take
-#: their tolerances from ``harness.assertions.priority_tolerance`` /
-#: ``weight_tolerance``, tied to the declared dtype.
-PRIORITY_RTOL = priority_tolerance(torch.float64).rtol
-WEIGHT_RTOL = weight_tolerance(torch.float64, 2**20).rtol
 
 #: fixed uniforms used to compare index mapping when "shared_rng" is declared
 PROBE_UNIFORMS = torch.tensor(
     [0.0, 1e-12, 0.1, 0.25, 0.3333, 0.5, 0.6180339887, 0.75, 0.9, 0.999999, 1 - 2**-53],
     dtype=torch.float64,
 )
-
-
-def model_weights(stored: torch.Tensor, index: torch.Tensor, beta: float) -> torch.Tensor:
-    """Closed-form importance weights: ``(leaf_i / leaf_min) ** -beta`` with
-    the minimum over the positive leaves of the WHOLE buffer (== the
-    ``(N P_i)^-beta / (N P_min)^-beta`` of the contract), float64."""
-    positive = stored[stored > 0]
-    return (stored[index] / positive.min()) ** (-beta)
 
 
 def make_state_machine(

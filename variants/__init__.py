@@ -22,13 +22,7 @@ from .random_sampler import RandomSampler
 from .slice import SliceSampler
 from .vector_tree import VectorMinTree, VectorSumTree
 
-#: Built-in ``--impl`` names this package adds (read by ``rbcheck.harness.adapters``).
-ADAPTERS = {
-    "device": "rbcheck.harness.adapters.variants:device",
-    "triton": "rbcheck.harness.adapters.variants:triton",
-}
-
 __all__ = [
-    "ADAPTERS", "DeviceStorage", "DeviceWriter", "PrioritizedSampler", "RandomSampler",
+    "DeviceStorage", "DeviceWriter", "PrioritizedSampler", "RandomSampler",
     "ReplayBuffer", "SliceSampler", "VectorMinTree", "VectorSumTree", "default_device",
 ]

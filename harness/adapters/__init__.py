@@ -6,35 +6,41 @@
 ``reference`` never imports TorchRL and an optional backend that is missing
 only breaks its own name.
 
-The variants' names are listed here; a variant added later registers itself
-without touching this file: if the ``variants`` package defines
-``ADAPTERS = {"name": "pkg.module:factory", ...}``, those names are
-built-ins too (a name already here wins).
+:data:`BUILTIN` is the one table of built-in implementations: a name, where
+its factory lives, and whether it is rbcheck's own (the reference, a variant,
+the README's example) or a third party's (:func:`is_first_party`).
 """
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import NamedTuple
 
 from rbcheck.harness.protocol import Adapter
 
-#: Built-in implementation names -> ``"module:factory"``.
-BUILTIN: dict[str, str] = {
-    "reference": "rbcheck.harness.adapters.reference:reference_adapter",
-    "device": "rbcheck.harness.adapters.variants:device",
-    "triton": "rbcheck.harness.adapters.variants:triton",
-    "torchrl": "rbcheck.harness.adapters.torchrl:torchrl_adapter",
+
+class Builtin(NamedTuple):
+    path: str  # "module:factory"
+    first_party: bool  # rbcheck's own (its failures are rbcheck's bugs), not a third party's
+
+
+#: The built-in implementations, by name.
+BUILTIN: dict[str, Builtin] = {
+    "reference": Builtin("rbcheck.harness.adapters.reference:reference_adapter", True),
+    "device": Builtin("rbcheck.harness.adapters.variants:device", True),
+    "triton": Builtin("rbcheck.harness.adapters.variants:triton", True),
+    "torchrl": Builtin("rbcheck.harness.adapters.torchrl:torchrl_adapter", False),
     # TorchRL's Ray-served buffer (needs the 'ray' dependency group: nox -s ray)
-    "torchrl-ray": "rbcheck.harness.adapters.torchrl_ray:torchrl_ray_adapter",
+    "torchrl-ray": Builtin("rbcheck.harness.adapters.torchrl_ray:torchrl_ray_adapter", False),
     # the README's own-buffer example (harness/examples/list_buffer.py)
-    "example": "rbcheck.harness.examples.list_buffer:adapter",
+    "example": Builtin("rbcheck.harness.examples.list_buffer:adapter", True),
     # third-party buffers (each its own dependency group; docs/findings.md)
-    "cpprb": "rbcheck.harness.adapters.cpprb:cpprb_adapter",
-    "cpprb-per": "rbcheck.harness.adapters.cpprb:cpprb_per_adapter",
-    "tianshou": "rbcheck.harness.adapters.tianshou:tianshou_adapter",
-    "tianshou-per": "rbcheck.harness.adapters.tianshou:tianshou_per_adapter",
-    "sb3": "rbcheck.harness.adapters.sb3:sb3_adapter",
+    "cpprb": Builtin("rbcheck.harness.adapters.cpprb:cpprb_adapter", False),
+    "cpprb-per": Builtin("rbcheck.harness.adapters.cpprb:cpprb_per_adapter", False),
+    "tianshou": Builtin("rbcheck.harness.adapters.tianshou:tianshou_adapter", False),
+    "tianshou-per": Builtin("rbcheck.harness.adapters.tianshou:tianshou_per_adapter", False),
+    "sb3": Builtin("rbcheck.harness.adapters.sb3:sb3_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"
@@ -49,20 +55,15 @@ class AdapterLoadError(RuntimeError):
     """An ``--impl`` name that could not be turned into an Adapter."""
 
 
-def _variant_entries() -> dict[str, str]:
-    try:
-        variants = importlib.import_module("rbcheck.variants")
-    except Exception:  # a broken variants package must not hide the other built-ins
-        return {}
-    entries = getattr(variants, "ADAPTERS", None)
-    if not isinstance(entries, dict):
-        return {}
-    return {str(k): str(v) for k, v in entries.items() if k not in BUILTIN}
+def is_first_party(name: str) -> bool:
+    """Whether ``name`` is one of rbcheck's own implementations; third-party
+    built-ins and ``pkg.module:factory`` are not."""
+    return name in BUILTIN and BUILTIN[name].first_party
 
 
 def builtin_table() -> dict[str, str]:
     """Every built-in name with its ``module:factory`` path."""
-    return {**BUILTIN, **_variant_entries()}
+    return {name: entry.path for name, entry in BUILTIN.items()}
 
 
 def builtin_names() -> list[str]:
@@ -125,9 +126,8 @@ def load_adapter(name: str) -> Adapter:
     name = name.strip()
     if name in INJECTED:
         return INJECTED[name]
-    table = BUILTIN if name in BUILTIN else builtin_table()
-    if name in table:
-        adapter = _resolve(table[name], name)
+    if name in BUILTIN:
+        adapter = _resolve(BUILTIN[name].path, name)
         if adapter.known_failures is None:
             candidate = KNOWN_FAILURES_DIR / f"{name}.txt"
             if candidate.exists():
@@ -135,10 +135,11 @@ def load_adapter(name: str) -> Adapter:
         return adapter
     if ":" not in name:
         raise AdapterLoadError(
-            f"impl={name!r}, but should be a built-in name ({', '.join(table)}) "
+            f"impl={name!r}, but should be a built-in name ({', '.join(BUILTIN)}) "
             f"or 'pkg.module:factory'"
         )
     return _resolve(name, name)
 
 
-__all__ = ["BUILTIN", "AdapterLoadError", "builtin_names", "builtin_table", "load_adapter"]
+__all__ = ["BUILTIN", "Builtin", "AdapterLoadError", "builtin_names", "builtin_table", "is_first_party",
+           "load_adapter"]

@@ -172,3 +172,12 @@ def test_torchrl_pin_step_patch_keeps_torchrls_decision(torchrl_adapter):
         buf.extend(rows(4))
         buf.sample()
         assert handed == []  # TorchRL does not pin a TensorDict whose device is None
+
+
+def test_one_table_says_which_built_ins_are_rbchecks_own():
+    from rbcheck.harness.adapters import BUILTIN, is_first_party
+
+    own = {name for name in BUILTIN if is_first_party(name)}
+    assert own == {"reference", "device", "triton", "example"}, f"first-party built-ins={sorted(own)}"
+    assert not is_first_party("mypkg.buffers:adapter"), "a user's factory is not rbcheck's own"
+    assert not is_first_party("not-a-builtin")

@@ -41,6 +41,8 @@ import os
 
 import torch
 
+from .last_writes import last_writes
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -154,8 +156,6 @@ TOP_LOG = 11
 def update_trees(trees, index: torch.Tensor, values, mask=None, block: int = 1024) -> None:
     """Batched update of one or two trees of one capacity (see module doc)."""
     check_available()
-    from .vector_tree import last_writes
-
     if not 1 <= len(trees) <= 2:
         raise ValueError(f"len(trees)={len(trees)}, but should be 1 or 2")
     order, win = last_writes(index, mask)

@@ -53,25 +53,9 @@ from rbcheck.reference.arguments import check_index
 from rbcheck.reference.sum_tree import MinTree, SumTree
 
 from . import native
+from .last_writes import last_writes
 
 BACKENDS = ("torch", "triton")
-
-
-def last_writes(index: torch.Tensor, mask: torch.Tensor | None = None):
-    """``(order, is_last)``: a stable sort of ``index`` and, in that order, True
-    at the last kept entry of each distinct index.
-
-    Entries with ``mask`` False are sorted before the kept entries of the same
-    index and never marked, so a masked-out entry can never win. O(k log k),
-    no synchronisation with the device.
-    """
-    key = index * 2 if mask is None else index * 2 + mask.long()
-    key, order = torch.sort(key, stable=True)
-    is_last = torch.ones_like(key, dtype=torch.bool)
-    is_last[:-1] = key[1:] != key[:-1]
-    if mask is not None:
-        is_last &= (key & 1).bool()
-    return order, is_last
 
 
 class _VectorTree:

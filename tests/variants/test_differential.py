@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from rbcheck import reference, variants
-from rbcheck.variants.vector_tree import last_writes
+from rbcheck.variants.last_writes import last_writes
 
 # ----------------------------------------------------------------------------
 # helpers

@@ -20,6 +20,7 @@ they live in the repository, not in the installed package.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 
@@ -44,9 +45,9 @@ LIVE = f"{RB}::test_sampled_slots_are_live_and_weights_belong_to_them"
 CATALOGUE: tuple[Invariant, ...] = (
     Invariant(
         "checkpoint_exact", seed=1,
-        statement="save -> load round-trips exactly, the prioritized sampler's state (max priority with "
-        "its type, trees), the writer's cursor, count and generations and the generator included, so the "
-        "next samples are identical; metadata is plain JSON and no file is a pickle",
+        statement="save → load round-trips exactly, including the prioritized sampler's state (max "
+        "priority with its type, both trees), the writer's cursor, count and generations, and the "
+        "generator, so the next samples are identical; metadata is plain JSON and no file is a pickle",
         properties=(f"{CR}::test_save_load_round_trips_exactly", f"{CR}::test_checkpoint_metadata_is_plain_json",
                     f"{CR}::test_checkpoint_holds_no_pickle"),
         real_bugs=("pytorch/rl #3055", "pytorch/rl #3056", "pytorch/rl #3120"),
@@ -63,9 +64,9 @@ CATALOGUE: tuple[Invariant, ...] = (
     ),
     Invariant(
         "pinned_as_asked", seed=3, number=9,
-        statement="with `pin_memory=True` the returned sample is pinned after every transform, also one "
-        "that builds a TensorDict with `device=None`, and so are the info keys; without an accelerator "
-        "the request is a clear error at construction",
+        statement="with `pin_memory=True` the returned sample is pinned after every transform, also a "
+        "transform that builds a TensorDict with `device=None`, and so are the info keys; without an "
+        "accelerator the request is a clear error at construction",
         properties=(f"{PM}::test_pin_step_is_last_and_sees_transformed_sample_and_info",
                     f"{PM}::test_returned_sample_is_pinned_on_cuda",
                     f"{PM}::test_pin_memory_without_accelerator_is_a_clear_error"),
@@ -82,7 +83,8 @@ CATALOGUE: tuple[Invariant, ...] = (
     ),
     Invariant(
         "tutorial_runs", seed=5,
-        statement="the tutorial's trajectory example (episodes, steps, slice sampling) runs as written",
+        statement="the tutorial's trajectory example (docs/tutorial.md: episodes, steps, slice "
+        "sampling) runs as written",
         properties=(f"{TS}::test_trajectory_example_runs_as_written",),
     ),
     Invariant(
@@ -245,9 +247,26 @@ def seed_invariant_of(property_id: str) -> Invariant | None:
     return None
 
 
-def seed_list_markdown() -> str:
+def seed_list_markdown(width: int = 76) -> str:
     """The README's numbered list of the seed invariants."""
-    return "\n".join(f"{inv.seed}. {inv.statement};" for inv in seed_invariants()).rstrip(";") + "."
+    items = [textwrap.fill(f"{inv.seed}. {inv.statement};", width, subsequent_indent="   ")
+             for inv in seed_invariants()]
+    return "\n".join(items)[:-1] + "."
+
+
+#: The generated blocks of the docs: (file, marker) -> the function that writes it.
+GENERATED_MARK = "<!-- generated from rbcheck.harness.invariants: {} -->"
+
+
+def replace_generated(text: str, name: str, content: str) -> str:
+    """``text`` with the block between the two ``name`` markers replaced by
+    ``content`` (the markers must be there)."""
+    mark = GENERATED_MARK.format(name)
+    head, sep, rest = text.partition(mark)
+    _, sep2, tail = rest.partition(mark)
+    if not (sep and sep2):
+        raise ValueError(f"two markers {mark!r}, but found {text.count(mark)}")
+    return f"{head}{mark}\n{content}\n{mark}{tail}"
 
 
 def coverage_table_markdown() -> str:
@@ -262,5 +281,35 @@ def coverage_table_markdown() -> str:
     return "\n".join(lines)
 
 
+GENERATED = {("README.md", "seed invariants"): seed_list_markdown,
+             ("docs/coverage.md", "coverage table"): coverage_table_markdown}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rbcheck.harness.invariants [--check] [ROOT]``: rewrite the
+    generated blocks of the README and docs/coverage.md from the catalogue
+    (``--check``: exit 1, naming the file, when one is out of date)."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m rbcheck.harness.invariants", description=main.__doc__)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("root", nargs="?", default=".")
+    args = parser.parse_args(argv)
+    stale = []
+    for (name, block), make in GENERATED.items():
+        path = Path(args.root) / name
+        text = path.read_text(encoding="utf-8")
+        new = replace_generated(text, block, make())
+        if new != text:
+            stale.append(name)
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
+    if args.check and stale:
+        print(f"out of date: {', '.join(stale)} (run python -m rbcheck.harness.invariants)")
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    print("README seed list:\n" + seed_list_markdown() + "\n\ncoverage table:\n" + coverage_table_markdown())
+    raise SystemExit(main())

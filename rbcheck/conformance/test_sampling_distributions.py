@@ -102,18 +102,6 @@ def _draw_table(buf, size: int, batch: int, trace: Trace, draws: int = DRAWS) ->
     return table
 
 
-def test_a_dead_index_fails_before_it_is_counted():
-    """exact (a check of the check): an index outside the held slots fails
-    the count helper instead of vanishing from the counts."""
-
-    class OutOfRange:
-        def sample(self, batch):
-            return None, {"index": torch.full((batch,), 3, dtype=torch.int64)}
-
-    with pytest.raises(AssertionError, match=r"info\['index'\]=.*but should be held slots in \[0, 3\)"):
-        _draw_counts(OutOfRange(), 3, Trace("none"), draws=10, batch=10)
-
-
 @pytest.mark.requires("random")
 @pytest.mark.parametrize("capacity,written", [(1, 3), (7, 5), (10, 23), (33, 33)])
 def test_uniform_sampling_matches_closed_form(impl, capacity, written):

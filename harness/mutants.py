@@ -1627,3 +1627,39 @@ MUTANTS = (*MUTANTS, *HISTORIC)
 
 __all__ = ["HISTORIC", "MUTANTS", "Mutant", *[m.factory for m in MUTANTS], "float32_tree", "batch_max_control",
            "positive_alpha_control"]
+
+
+# --------------------------------------------------------------------------
+# 10. bad input that proves nothing (issue 17: priorities in the declared
+# dtype, halfway refusals without read-back, refused loads, overflow)
+# --------------------------------------------------------------------------
+
+
+class Float64OnlySampler(PrioritizedSampler):
+    """Takes priorities in float64 only (it declares float64, the spec's
+    dtype) and refuses any other dtype with a crash, but never checks the
+    VALUES: NaN, infinite and negative float64 priorities are stored. A
+    catalogue that hands its bad priorities over as float32 sees only the
+    dtype refusal."""
+
+    def check_priority(self, priority, n: int) -> torch.Tensor:
+        given = torch.as_tensor(priority).detach()
+        if given.dtype != torch.float64:
+            raise TypeError(f"expected scalar type Double but found {given.dtype}")
+        return given.reshape(n)
+
+
+def float64_only_values_unchecked():
+    return _adapter("float64-only-values-unchecked", PrioritizedSampler=Float64OnlySampler)
+
+
+BAD_INPUT_MUTANTS = (
+    Mutant(
+        "float64_only_values_unchecked",
+        "bad priorities refused for their dtype alone (the values never checked)",
+        ("test_bad_input.py",),
+        ("test_bad_input_is_refused_and_nothing_changes",),
+    ),
+)
+MUTANTS = (*MUTANTS, *BAD_INPUT_MUTANTS)
+__all__ += [m.factory for m in BAD_INPUT_MUTANTS]

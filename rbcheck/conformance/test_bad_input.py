@@ -21,7 +21,11 @@ default batch size for cpprb, tianshou and SB3; beta for cpprb): nothing sees
 it before the first one.
 
 Priorities follow DeepMind Reverb: NaN, infinite and negative priorities are
-refused, zero is allowed (such a row is never sampled).
+refused, zero is allowed (such a row is never sampled). Every priority a case
+hands over is in the dtype the adapter declares
+(``conventions.priority_dtype``), so a bad value is refused for its value,
+never for a dtype the buffer does not take (a float64 buffer refusing float32
+would otherwise pass every priority, index and generation case unchecked).
 """
 
 from __future__ import annotations
@@ -69,9 +73,16 @@ def rows(n: int, start: int = 0, *, episode_len: int = 2) -> TensorDict:
     )
 
 
+def declared(priority) -> torch.Tensor:
+    """``priority`` (numbers) in the dtype the adapter under test declares
+    (``conventions.priority_dtype``): a bad value must be refused for its
+    value, not for a dtype the buffer does not take."""
+    return adapter_under_test().conventions.priorities(priority)
+
+
 def with_priority(n: int, priority: list[float]) -> TensorDict:
     data = rows(n)
-    data.set("priority", torch.tensor(priority, dtype=torch.float32))
+    data.set("priority", declared(priority))
     return data
 
 
@@ -110,7 +121,12 @@ class Case:
 
 
 def update(index, priority, **kw):
-    return lambda buf: buf.update_priority(torch.as_tensor(index), torch.as_tensor(priority), **kw)
+    """``update_priority(index, priority)``; numbers in ``priority`` are handed
+    over in the declared dtype (:func:`declared`), a tensor as it is."""
+    def call(buf):
+        value = priority if isinstance(priority, torch.Tensor) else declared(priority)
+        return buf.update_priority(torch.as_tensor(index), value, **kw)
+    return call
 
 
 P = ("prioritized",)
@@ -125,7 +141,7 @@ CATALOGUE = [
     Case("priority_shorter_than_index", PRIORITIZED, "priority", update([0, 1, 2], [1.0, 2.0]), P),
     Case("priority_2d", PRIORITIZED, "priority", update([0, 1], [[1.0, 2.0], [3.0, 4.0]]), P),
     Case("priority_on_meta_device", PRIORITIZED, "priority",
-         lambda buf: buf.update_priority(torch.tensor([0, 1]), meta(2)), P),
+         lambda buf: buf.update_priority(torch.tensor([0, 1]), declared([0.0, 0.0]).to("meta")), P),
     Case("priority_key_nan_on_extend", KEYED, "priority",
          lambda buf: buf.extend(with_priority(2, [1.0, math.nan])), P + ("priority_key",)),
     Case("priority_key_negative_on_extend", KEYED, "priority",
@@ -137,7 +153,7 @@ CATALOGUE = [
     Case("index_float_dtype", PRIORITIZED, "index", update(torch.tensor([0.0, 1.0]), [2.0, 2.0]), P),
     Case("index_2d", PRIORITIZED, "index", update([[0, 1]], [[2.0, 2.0]]), P),
     Case("index_on_meta_device", PRIORITIZED, "index",
-         lambda buf: buf.update_priority(meta(2, torch.long), torch.tensor([1.0, 2.0])), P),
+         lambda buf: buf.update_priority(meta(2, torch.long), declared([1.0, 2.0])), P),
     Case("generation_wrong_shape", PRIORITIZED, "generation",
          update([0, 1], [2.0, 2.0], generation=torch.tensor([0])), P + ("stale_updates",)),
     Case("generation_float_dtype", PRIORITIZED, "generation",
@@ -166,7 +182,7 @@ CATALOGUE = [
     Case("sample_batch_size_negative", UNIFORM, "batch_size", lambda buf: buf.sample(-3)),
     Case("sample_batch_size_float", UNIFORM, "batch_size", lambda buf: buf.sample(2.5)),
     Case("sample_all_priorities_zero", PRIORITIZED.but(eps=0.0), "total priority", lambda buf: buf.sample(2), P,
-         setup=update(torch.arange(WRITTEN), torch.zeros(WRITTEN))),
+         setup=update(torch.arange(WRITTEN), [0.0] * WRITTEN)),
     Case("slice_batch_not_divisible", SLICES, "batch_size", lambda buf: buf.sample(5), ("slice",)),
     Case("slice_longer_than_every_episode", SLICES.but(num_slices=None, slice_len=3), "slice_len",
          lambda buf: buf.sample(3), ("slice",), probe=2),

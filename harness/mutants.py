@@ -1653,6 +1653,67 @@ def float64_only_values_unchecked():
     return _adapter("float64-only-values-unchecked", PrioritizedSampler=Float64OnlySampler)
 
 
+import itertools  # noqa: E402 - this section's own import
+
+_BUFFERS_MADE = itertools.count(1)
+
+
+class UnseededBuffer(ReplayBuffer):
+    """Ignores its seed, as cpprb's sampler seeded from ``std::random_device``
+    does: each buffer draws from a stream of its own, so two buffers of the
+    same spec sample differently (deterministic over one run: the streams
+    are numbered in the order the buffers are made)."""
+
+    def __init__(self, capacity=None, *, generator=None, **kwargs):
+        super().__init__(capacity, generator=1_000_003 * next(_BUFFERS_MADE), **kwargs)
+
+
+#: What a cpprb-like buffer declares: no read-back of priorities, no seed.
+UNSEEDED_CAPABILITIES = CAPABILITIES - {"priority_readback", "shared_rng", "save_load"}
+UNSEEDED = Conventions(seedable=False, notes={"seedable": "each buffer draws from a stream of its own"})
+
+
+def _unseeded_adapter(name: str, **components):
+    return buffer_adapter(name, "0", UnseededBuffer, UNSEEDED_CAPABILITIES,
+                          components=SimpleNamespace(**components), pin_module="rbcheck.reference.pinning",
+                          conventions=UNSEEDED)
+
+
+def unseeded_without_readback_control():
+    """The control (not a mutant): the reference, unseeded and without
+    priority read-back, as cpprb's prioritized buffer. It refuses bad input
+    before changing anything, so the suite must pass it."""
+    return _unseeded_adapter("unseeded-without-readback-control")
+
+
+class OneByOneUpdateSampler(PrioritizedSampler):
+    """Checks the shapes, then writes an update entry by entry, each entry
+    checked as it is written: a bad entry raises with the ones before it
+    already applied (a refusal applied halfway)."""
+
+    def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
+        index, given = check_index(index, self.capacity), torch.as_tensor(priority)
+        if given.shape != index.shape:
+            return super().update_priority(index, priority, generation, current_generation)
+        for i in range(len(index)):
+            part = slice(i, i + 1)
+            super().update_priority(index[part], given[part],
+                                    None if generation is None else torch.as_tensor(generation)[part],
+                                    None if current_generation is None else current_generation[part])
+
+
+def update_refused_halfway_without_readback():
+    return _unseeded_adapter("mutant-update-refused-halfway-without-readback",
+                             PrioritizedSampler=OneByOneUpdateSampler)
+
+
+def dtype_crash_keeps_max_without_readback():
+    """The max priority moved by a refused update (priority_dtype_crash_keeps_max)
+    on an unseeded buffer without read-back: seen only in the draws."""
+    return _unseeded_adapter("mutant-dtype-crash-keeps-max-without-readback",
+                             PrioritizedSampler=MaxBeforeDtypeCheckSampler)
+
+
 BAD_INPUT_MUTANTS = (
     Mutant(
         "float64_only_values_unchecked",
@@ -1660,6 +1721,20 @@ BAD_INPUT_MUTANTS = (
         ("test_bad_input.py",),
         ("test_bad_input_is_refused_and_nothing_changes",),
     ),
+    Mutant(
+        "update_refused_halfway_without_readback",
+        "an update refused halfway, on an unseeded buffer without priority read-back (cpprb-like)",
+        ("test_bad_input.py",),
+        ("test_bad_input_is_refused_and_nothing_changes",),
+        control="unseeded_without_readback_control",
+    ),
+    Mutant(
+        "dtype_crash_keeps_max_without_readback",
+        "a refused update that moved the max priority, on an unseeded buffer without read-back",
+        ("test_bad_input.py",),
+        ("test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly",),
+        control="unseeded_without_readback_control",
+    ),
 )
 MUTANTS = (*MUTANTS, *BAD_INPUT_MUTANTS)
-__all__ += [m.factory for m in BAD_INPUT_MUTANTS]
+__all__ += [m.factory for m in BAD_INPUT_MUTANTS] + ["unseeded_without_readback_control"]

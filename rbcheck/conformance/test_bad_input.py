@@ -8,10 +8,15 @@ buffer in a known state. The case *survives* when
    argument: ``<arg>...=<got>, but should be <allowed>``), and
 2. the observable state is exactly as before: length, cursor, write count,
    contents (bit for bit), stored priorities of every slot and the max
-   priority, and the random stream -- the next sample equals the one of a
-   twin buffer that never saw the bad call (checked when two untouched twins
-   agree with each other, i.e. when the implementation samples
-   deterministically from its seed), write generations included.
+   priority (with ``priority_readback``), and the sampling -- compared with
+   twin buffers that never saw the bad call (after one more row in each when
+   the priorities cannot be read back: it takes the max priority). A
+   seedable buffer whose twins draw alike: the next sample equals theirs,
+   exactly, write generations included. Draws that cannot be replayed (not
+   seedable, or twins that draw differently from one seed): every slot drawn
+   carries the twin's importance weight (so a priority the refused call
+   changed shows as soon as its slot is drawn), and the slot counts of 4096
+   draws match the twin's (chi-square, false-alarm rate 1e-4 per case).
 
 Constructor cases (``make(spec)`` with a bad spec) survive when ``make``
 raises; a batch size that does not divide into slices may instead be refused
@@ -47,6 +52,7 @@ from rbcheck.harness.assertions import (
     assert_tensor_equal,
     fail,
     priority_tolerance,
+    weight_tolerance,
 )
 from rbcheck.harness.oracle import reads_back, transform
 from rbcheck.harness.protocol import BufferSpec
@@ -325,22 +331,38 @@ def next_sample(buf, k: int):
     return rows_, {key: value for key, value in info.items() if isinstance(value, torch.Tensor)}
 
 
-def assert_same_next_sample(buf, twins, k: int, trace: Trace) -> None:
-    """``buf``'s random stream is untouched: its next sample equals a twin's,
-    provided two twins agree (the implementation is seed-deterministic)."""
+def assert_same_next_sample(impl, spec: BufferSpec, buf, twins, k: int, trace: Trace, *,
+                            empty: bool = False) -> None:
+    """``buf`` samples as the twins that never saw the bad call do.
+
+    * A prioritized buffer without ``priority_readback`` (the snapshot cannot
+      see its priorities) first gets one more row in all three buffers: the
+      row takes the max priority, so a max raised by the refused call shows
+      in the draws below (not with ``priority_key``: a row without the column
+      is another bad input; not when the case starts ``empty``).
+    * Sampling that raises: ``buf`` raises what the twins raise; twins in the
+      same state that do not raise alike fail.
+    * A seedable buffer (``conventions.seedable``) whose two twins draw the
+      same: exact, ``buf``'s next sample equals theirs.
+    * Otherwise (not seedable, or the twins draw differently from the same
+      seed): :func:`assert_same_sampling`, distributional and exact per slot.
+    """
+    if spec.sampler == "prioritized" and not spec.priority_key and not empty and not reads_back(spec, impl):
+        trace.need("from rbcheck.conformance.test_bad_input import rows")
+        trace.op(f"buf.extend(rows(1, {WRITTEN}))  # in every buffer: a new row takes the max priority")
+        for b in (buf, *twins):
+            b.extend(rows(1, WRITTEN))
     a, b = (next_sample(t, k) for t in twins)
     if isinstance(a, str) or isinstance(b, str):
         if a != b:
-            return
-        got = next_sample(buf, k)
-        assert_same(f"after the bad call: sample({k}) raises", got, a, trace)
+            fail(f"untouched twins: sample({k})", f"<{a if isinstance(a, str) else 'returned'} vs. "
+                 f"{b if isinstance(b, str) else 'returned'}>", "the same outcome (same spec, same calls)", trace)
+        trace.op(f"buf.sample({k})  # the twins raise {a}")
+        assert_same(f"after the bad call: sample({k}) raises", next_sample(buf, k), a, trace)
         return
-    try:
-        assert_td_equal("twin", b[0], a[0])
-        for key in a[1]:
-            assert_tensor_equal(f"twin info[{key!r}]", b[1][key], a[1][key])
-    except AssertionError:
-        return  # the implementation does not sample deterministically from its seed
+    if not (impl.conventions.seedable and same_draw(a, b)):
+        assert_same_sampling(impl, buf, twins[0], k, trace)
+        return
     got = next_sample(buf, k)
     if isinstance(got, str):
         fail(f"after the bad call: sample({k})", f"<raised {got}>", "the twin's sample", trace)
@@ -348,6 +370,97 @@ def assert_same_next_sample(buf, twins, k: int, trace: Trace) -> None:
     assert_td_equal(f"after the bad call: sample({k}) rows", got[0], a[0], trace)
     for key, value in a[1].items():
         assert_tensor_equal(f"after the bad call: sample({k}) info[{key!r}]", got[1].get(key), value, trace)
+
+
+def same_draw(a, b) -> bool:
+    """Whether two ``next_sample`` results are identical (rows and info)."""
+    try:
+        assert_td_equal("twin", b[0], a[0])
+        for key in a[1]:
+            assert_tensor_equal(f"twin info[{key!r}]", b[1].get(key), a[1][key])
+    except AssertionError:
+        return False
+    return set(a[1]) == set(b[1])
+
+
+#: The distributional comparison: draws per buffer, and the probability that
+#: it fails a correct implementation (per case; a seedable buffer whose twins
+#: draw alike never gets here, so only draws that cannot be replayed do).
+DRAWS = 4096
+FALSE_ALARM = 1e-4
+
+
+def draws(buf, batch: int, rounds: int):
+    """``(count per slot, first weight seen per slot)`` over ``rounds`` samples
+    of ``batch``, or the name of the error a sample raised."""
+    counts: dict[int, int] = {}
+    weights: dict[int, float] = {}
+    for _ in range(rounds):
+        got = next_sample(buf, batch)
+        if isinstance(got, str):
+            return got
+        index = got[1]["index"].reshape(-1).cpu().tolist()
+        weight = got[1].get("weight")
+        weight = [None] * len(index) if weight is None else weight.reshape(-1).double().cpu().tolist()
+        for slot, w in zip(index, weight, strict=True):
+            counts[slot] = counts.get(slot, 0) + 1
+            if w is not None:
+                weights.setdefault(slot, w)
+    return counts, weights
+
+
+def assert_same_sampling(impl, buf, twin, k: int, trace: Trace) -> None:
+    """Distributional + exact per slot, for draws that cannot be replayed from
+    the seed: ``DRAWS`` draws from ``buf`` and from an untouched twin (samples
+    of ``32 * k``, a multiple of the case's batch size).
+
+    * every slot drawn by both carries the same importance weight in both
+      (a weight is a function of the state and the slot under
+      ``weight_normaliser`` ``buffer_min`` or ``none``, within
+      ``weight_tolerance``): a priority changed by the refused call shows as
+      soon as its slot is drawn;
+    * the counts per slot are homogeneous: Pearson's chi-square on the 2 x
+      slots table (cells of fewer than 10 draws pooled) at ``FALSE_ALARM``.
+    """
+    from scipy import stats
+
+    batch = 32 * k
+    rounds = -(-DRAWS // batch)
+    trace.op(f"# {rounds} x buf.sample({batch}) vs. an untouched twin's: the same weight per slot, "
+             f"and slot counts alike (chi-square, false alarm {FALSE_ALARM:g})")
+    got, want = draws(buf, batch, rounds), draws(twin, batch, rounds)
+    if isinstance(got, str) or isinstance(want, str):
+        assert_same(f"after the bad call: sample({batch}) raises",
+                    got if isinstance(got, str) else "<returned>",
+                    want if isinstance(want, str) else "<returned>", trace)
+        return
+    (got_counts, got_weights), (want_counts, want_weights) = got, want
+    if impl.conventions.weight_normaliser != "batch_max":
+        common = sorted(set(got_weights) & set(want_weights))
+        if common:
+            assert_close(f"after the bad call: importance weight of slots {common}",
+                         torch.tensor([got_weights[s] for s in common], dtype=torch.float64),
+                         torch.tensor([want_weights[s] for s in common], dtype=torch.float64), trace,
+                         tol=weight_tolerance(impl.conventions.priority_dtype, CAPACITY))
+    slots = sorted(set(got_counts) | set(want_counts), key=lambda s: got_counts.get(s, 0) + want_counts.get(s, 0))
+    cells: list[list[int]] = []
+    pending = [0, 0]
+    for slot in slots:
+        pending = [pending[0] + got_counts.get(slot, 0), pending[1] + want_counts.get(slot, 0)]
+        if sum(pending) >= 10:
+            cells.append(pending)
+            pending = [0, 0]
+    if cells and sum(pending):
+        cells[-1] = [cells[-1][0] + pending[0], cells[-1][1] + pending[1]]
+    if len(cells) < 2:  # every draw of both in one pooled cell: nothing to tell apart
+        return
+    table = [[c[0] for c in cells], [c[1] for c in cells]]
+    p = stats.chi2_contingency(table, correction=False).pvalue
+    if p < FALSE_ALARM:
+        fail(f"after the bad call: draws per slot (chi-square p-value {p:.3g} vs. an untouched twin)",
+             {s: got_counts.get(s, 0) for s in sorted(slots)},
+             f"counts alike to the twin's {dict((s, want_counts.get(s, 0)) for s in sorted(slots))} "
+             f"(false-alarm rate {FALSE_ALARM:g})", trace)
 
 
 @pytest.mark.parametrize("case", CATALOGUE, ids=[c.id for c in CATALOGUE])
@@ -379,7 +492,7 @@ def test_bad_input_is_refused_and_nothing_changes(impl, make_buffer, case):
         error = err
     check_refusal(impl, error, case.arg, trace)
     assert_unchanged(snapshot(buf, case.spec), before, trace)
-    assert_same_next_sample(buf, twins, case.probe, trace)
+    assert_same_next_sample(impl, case.spec, buf, twins, case.probe, trace, empty=case.empty)
 
 
 @pytest.mark.parametrize("case", SPEC_CATALOGUE, ids=[c.id for c in SPEC_CATALOGUE])
@@ -453,7 +566,9 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
     priorities rounded to the buffer's dtype (``priority_tolerance``) and
     max_priority becomes 6.0 -- or refused like any bad input: an exception,
     and length, cursor, contents, stored priorities and max priority exactly
-    as before. A crash that leaves part of the state changed is neither.
+    as before (without read-back: the draws of twins that never saw the
+    call, :func:`assert_same_next_sample`). A crash that leaves part of the
+    state changed is neither.
     (update_priority on a filled buffer; a first extend carrying the
     priorities under ``priority_key`` on an empty one.)"""
     spec, needs, slots, max_before, call = DTYPE_CASES[path]
@@ -464,8 +579,9 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
     own = impl.conventions.priority_dtype
     other = OTHER_FLOAT[own]
     trace = Trace(impl, spec)
-    buf = make_buffer(spec)
-    fill_in_own_dtype(buf, spec, own)
+    buf, *twins = (make_buffer(spec) for _ in range(3))
+    for each in (buf, *twins):
+        fill_in_own_dtype(each, spec, own)
     before = snapshot(buf, spec)
     trace.op(f"# then {path} with priorities {DTYPE_RAW} as {other} (the buffer's dtype: {own})")
     try:
@@ -473,6 +589,7 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
     except Exception as err:  # noqa: BLE001 - a refusal; then nothing may have changed
         trace.op(f"# raised {type(err).__name__}: {err}")
         assert_unchanged(snapshot(buf, spec), before, trace)
+        assert_same_next_sample(impl, spec, buf, twins, 4, trace, empty=bool(spec.priority_key))
         return
     if reads_back(spec):
         want = transform(impl.conventions.priorities(DTYPE_RAW).double(),

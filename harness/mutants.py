@@ -1714,6 +1714,38 @@ def dtype_crash_keeps_max_without_readback():
                              PrioritizedSampler=MaxBeforeDtypeCheckSampler)
 
 
+class RngFirstLoadBuffer(ReplayBuffer):
+    """A load that takes the checkpoint's generator state first, then checks
+    the rest: a refused load leaves the buffer drawing the checkpoint's
+    stream (length, cursor, rows and priorities untouched)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        super().load_state_dict(state)
+
+
+def rng_set_by_refused_load():
+    return _adapter("rng-set-by-refused-load", RngFirstLoadBuffer)
+
+
+class GenerationsFirstLoadBuffer(ReplayBuffer):
+    """A load that sets the per-slot write generations from the checkpoint's
+    write count first, then checks the rest: a refused load leaves the
+    buffer's slots with the checkpoint's generations (length, cursor, write
+    count, rows and priorities untouched)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        from rbcheck.reference.writer import ring_generation
+
+        count = int(state["writer"]["write_count"])
+        self.writer.generation = ring_generation(torch.arange(self.capacity), count, self.capacity)
+        super().load_state_dict(state)
+
+
+def generations_set_by_refused_load():
+    return _adapter("generations-set-by-refused-load", GenerationsFirstLoadBuffer)
+
+
 BAD_INPUT_MUTANTS = (
     Mutant(
         "float64_only_values_unchecked",
@@ -1734,6 +1766,18 @@ BAD_INPUT_MUTANTS = (
         ("test_bad_input.py",),
         ("test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly",),
         control="unseeded_without_readback_control",
+    ),
+    Mutant(
+        "rng_set_by_refused_load",
+        "a refused load that replaced the generator state",
+        ("test_checkpoint_faults.py",),
+        ("test_checkpoint_that_does_not_fit_is_refused",),
+    ),
+    Mutant(
+        "generations_set_by_refused_load",
+        "a refused load that replaced the write generations",
+        ("test_checkpoint_faults.py",),
+        ("test_checkpoint_that_does_not_fit_is_refused",),
     ),
 )
 MUTANTS = (*MUTANTS, *BAD_INPUT_MUTANTS)

@@ -26,7 +26,9 @@ default batch size for cpprb, tianshou and SB3; beta for cpprb): nothing sees
 it before the first one.
 
 Priorities follow DeepMind Reverb: NaN, infinite and negative priorities are
-refused, zero is allowed (such a row is never sampled). Every priority a case
+refused, zero is allowed (such a row is never sampled); so is a finite
+priority whose transform ``(p + eps) ** alpha`` overflows float64 (1e200 with
+alpha = 2), on update and on write, even in an update entry that is stale. Every priority a case
 hands over is in the dtype the adapter declares
 (``conventions.priority_dtype``), so a bad value is refused for its value,
 never for a dtype the buffer does not take (a float64 buffer refusing float32
@@ -96,6 +98,9 @@ PRIORITIZED = BufferSpec(capacity=CAPACITY, sampler="prioritized", alpha=0.7, be
 UNIFORM = BufferSpec(capacity=CAPACITY, sampler="random", seed=3)
 SLICES = BufferSpec(capacity=CAPACITY, sampler="slice", num_slices=2, seed=3)
 KEYED = PRIORITIZED.but(priority_key="priority")
+#: alpha = 2: the transform (1e200 + eps) ** 2 of a finite priority overflows float64
+OVERFLOW = PRIORITIZED.but(alpha=2.0)
+HUGE = 1e200
 
 
 def fill(buf, spec: BufferSpec) -> None:
@@ -152,6 +157,15 @@ CATALOGUE = [
          lambda buf: buf.extend(with_priority(2, [1.0, math.nan])), P + ("priority_key",)),
     Case("priority_key_negative_on_extend", KEYED, "priority",
          lambda buf: buf.extend(with_priority(2, [-1.0, 1.0])), P + ("priority_key",)),
+    # --- a finite priority whose transform (p + eps) ** alpha overflows float64 -
+    # (stored as inf, it would give NaN weights and a checkpoint no load takes)
+    Case("priority_transform_overflows", OVERFLOW, "priority", update([0, 1], [1.0, HUGE]), P),
+    Case("priority_transform_overflows_in_stale_entry", OVERFLOW, "priority",
+         update([0, 1], [HUGE, 1.0], generation=torch.tensor([-5, -5])), P + ("stale_updates",)),
+    Case("priority_key_transform_overflows_on_extend", OVERFLOW.but(priority_key="priority"), "priority",
+         lambda buf: buf.extend(with_priority(2, [1.0, HUGE])), P + ("priority_key",)),
+    Case("priority_key_transform_overflows_on_add", OVERFLOW.but(priority_key="priority"), "priority",
+         lambda buf: buf.add(with_priority(1, [HUGE])[0]), P + ("priority_key",)),
     # --- indices -------------------------------------------------------------
     Case("index_at_capacity", PRIORITIZED, "index", update([0, CAPACITY], [1.0, 2.0]), P),
     Case("index_negative", PRIORITIZED, "index", update([-1], [2.0]), P),

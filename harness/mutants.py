@@ -1626,3 +1626,158 @@ MUTANTS = (*MUTANTS, *HISTORIC)
 
 __all__ = ["HISTORIC", "MUTANTS", "Mutant", *[m.factory for m in MUTANTS], "float32_tree", "batch_max_control",
            "positive_alpha_control"]
+
+
+# --------------------------------------------------------------------------
+# 10. bad input that proves nothing (issue 17: priorities in the declared
+# dtype, halfway refusals without read-back, refused loads, overflow)
+# --------------------------------------------------------------------------
+
+
+class Float64OnlySampler(PrioritizedSampler):
+    """Takes priorities in float64 only (it declares float64, the spec's
+    dtype) and refuses any other dtype with a crash, but never checks the
+    VALUES: NaN, infinite and negative float64 priorities are stored. A
+    catalogue that hands its bad priorities over as float32 sees only the
+    dtype refusal."""
+
+    def check_priority(self, priority, n: int) -> torch.Tensor:
+        given = torch.as_tensor(priority).detach()
+        if given.dtype != torch.float64:
+            raise TypeError(f"expected scalar type Double but found {given.dtype}")
+        return given.reshape(n)
+
+
+def float64_only_values_unchecked():
+    return _adapter("float64-only-values-unchecked", PrioritizedSampler=Float64OnlySampler)
+
+
+import itertools  # noqa: E402 - this section's own import
+
+_BUFFERS_MADE = itertools.count(1)
+
+
+class UnseededBuffer(ReplayBuffer):
+    """Ignores its seed, as cpprb's sampler seeded from ``std::random_device``
+    does: each buffer draws from a stream of its own, so two buffers of the
+    same spec sample differently (deterministic over one run: the streams
+    are numbered in the order the buffers are made)."""
+
+    def __init__(self, capacity=None, *, generator=None, **kwargs):
+        super().__init__(capacity, generator=1_000_003 * next(_BUFFERS_MADE), **kwargs)
+
+
+#: What a cpprb-like buffer declares: no read-back of priorities, no seed.
+UNSEEDED_CAPABILITIES = CAPABILITIES - {"priority_readback", "shared_rng", "save_load"}
+UNSEEDED = Conventions(seedable=False, notes={"seedable": "each buffer draws from a stream of its own"})
+
+
+def _unseeded_adapter(name: str, **components):
+    return buffer_adapter(name, "0", UnseededBuffer, UNSEEDED_CAPABILITIES,
+                          components=SimpleNamespace(**components), pin_module="rbcheck.reference.pinning",
+                          conventions=UNSEEDED)
+
+
+def unseeded_without_readback_control():
+    """The control (not a mutant): the reference, unseeded and without
+    priority read-back, as cpprb's prioritized buffer. It refuses bad input
+    before changing anything, so the suite must pass it."""
+    return _unseeded_adapter("unseeded-without-readback-control")
+
+
+class OneByOneUpdateSampler(PrioritizedSampler):
+    """Checks the shapes, then writes an update entry by entry, each entry
+    checked as it is written: a bad entry raises with the ones before it
+    already applied (a refusal applied halfway)."""
+
+    def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
+        index, given = check_index(index, self.capacity), torch.as_tensor(priority)
+        if given.shape != index.shape:
+            return super().update_priority(index, priority, generation, current_generation)
+        for i in range(len(index)):
+            part = slice(i, i + 1)
+            super().update_priority(index[part], given[part],
+                                    None if generation is None else torch.as_tensor(generation)[part],
+                                    None if current_generation is None else current_generation[part])
+
+
+def update_refused_halfway_without_readback():
+    return _unseeded_adapter("mutant-update-refused-halfway-without-readback",
+                             PrioritizedSampler=OneByOneUpdateSampler)
+
+
+def dtype_crash_keeps_max_without_readback():
+    """The max priority moved by a refused update (priority_dtype_crash_keeps_max)
+    on an unseeded buffer without read-back: seen only in the draws."""
+    return _unseeded_adapter("mutant-dtype-crash-keeps-max-without-readback",
+                             PrioritizedSampler=MaxBeforeDtypeCheckSampler)
+
+
+class RngFirstLoadBuffer(ReplayBuffer):
+    """A load that takes the checkpoint's generator state first, then checks
+    the rest: a refused load leaves the buffer drawing the checkpoint's
+    stream (length, cursor, rows and priorities untouched)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        super().load_state_dict(state)
+
+
+def rng_set_by_refused_load():
+    return _adapter("rng-set-by-refused-load", RngFirstLoadBuffer)
+
+
+class GenerationsFirstLoadBuffer(ReplayBuffer):
+    """A load that sets the per-slot write generations from the checkpoint's
+    write count first, then checks the rest: a refused load leaves the
+    buffer's slots with the checkpoint's generations (length, cursor, write
+    count, rows and priorities untouched)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        from rbcheck.reference.writer import ring_generation
+
+        count = int(state["writer"]["write_count"])
+        self.writer.generation = ring_generation(torch.arange(self.capacity), count, self.capacity)
+        super().load_state_dict(state)
+
+
+def generations_set_by_refused_load():
+    return _adapter("generations-set-by-refused-load", GenerationsFirstLoadBuffer)
+
+
+BAD_INPUT_MUTANTS = (
+    Mutant(
+        "float64_only_values_unchecked",
+        "bad priorities refused for their dtype alone (the values never checked)",
+        ("test_bad_input.py",),
+        ("test_bad_input_is_refused_and_nothing_changes",),
+    ),
+    Mutant(
+        "update_refused_halfway_without_readback",
+        "an update refused halfway, on an unseeded buffer without priority read-back (cpprb-like)",
+        ("test_bad_input.py",),
+        ("test_bad_input_is_refused_and_nothing_changes",),
+        control="unseeded_without_readback_control",
+    ),
+    Mutant(
+        "dtype_crash_keeps_max_without_readback",
+        "a refused update that moved the max priority, on an unseeded buffer without read-back",
+        ("test_bad_input.py",),
+        ("test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly",),
+        control="unseeded_without_readback_control",
+    ),
+    Mutant(
+        "rng_set_by_refused_load",
+        "a refused load that replaced the generator state",
+        ("test_checkpoint_faults.py",),
+        ("test_checkpoint_that_does_not_fit_is_refused",),
+    ),
+    Mutant(
+        "generations_set_by_refused_load",
+        "a refused load that replaced the write generations",
+        ("test_checkpoint_faults.py",),
+        ("test_checkpoint_that_does_not_fit_is_refused",),
+    ),
+)
+MUTANTS = (*MUTANTS, *BAD_INPUT_MUTANTS)
+__all__ += [m.factory for m in BAD_INPUT_MUTANTS] + ["unseeded_without_readback_control"]

@@ -7,6 +7,7 @@ Contract: each check returns the value in the form the caller uses, or raises
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -67,6 +68,21 @@ def check_priority(priority, n: int, device="cpu") -> torch.Tensor:
     if bool(bad.any()):  # Reverb's rule: NaN, inf and negative are refused, zero is allowed
         raise ValueError(f"priority={priority[bad][:5].tolist()}, but should be finite and >= 0")
     return priority
+
+
+def transform_priority(raw: torch.Tensor, alpha: float, eps: float, name: str = "priority") -> torch.Tensor:
+    """``(raw + eps) ** alpha`` in float64: how every path stores raw priorities (the one
+    expression). ValueError naming the raw priorities whose transform overflows to inf."""
+    value = (raw + eps) ** alpha
+    bad = ~torch.isfinite(value)
+    if bool(bad.any()):
+        try:  # (bound + eps) ** alpha is about the largest float64; only p + eps overflows for alpha <= 1
+            bound = sys.float_info.max ** (1 / alpha) if alpha > 1 else sys.float_info.max
+        except OverflowError:
+            bound = sys.float_info.max
+        raise ValueError(f"{name}={raw[bad][:5].tolist()}, but should be at most about {bound:.3g} (its "
+                         f"transform (p + eps) ** alpha overflows float64 at alpha={alpha}, eps={eps})")
+    return value
 
 
 def check_generation(index: torch.Tensor, generation, current) -> torch.Tensor | None:

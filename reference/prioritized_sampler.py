@@ -2,9 +2,13 @@
 
 Contract
 --------
-* Priorities handed in are RAW, finite and ``>= 0``. The tree stores ``(p + eps) ** alpha``,
-  computed once, in float64, whichever path wrote it: ``on_write`` for new rows (with or
-  without a priority) and ``update_priority``.
+* Priorities handed in are RAW, finite and ``>= 0``, and their transform is finite: the tree
+  stores ``(p + eps) ** alpha``, computed in float64, whichever path wrote it: ``on_write`` for
+  new rows (with or without a priority) and ``update_priority``. A priority whose transform
+  overflows float64 (``1e200`` with ``alpha = 2``) is bad input like NaN: ``check_priority``
+  refuses it (ValueError, nothing changed), stale update entries included; stored as inf it
+  would give NaN weights and a checkpoint that no load takes. A state whose ``max_priority``
+  (a new row's priority) overflows so is refused by ``load_state_dict``.
 * ``max_priority`` is a Python float: the largest raw priority seen over the buffer's life (any
   path), starting at 1.0. A new row written without a priority gets ``max_priority``.
 * A draw picks slot ``i`` with probability ``P_i = leaf_i / total``: with
@@ -18,8 +22,9 @@ Contract
 * The state is the parameters, ``max_priority`` and the sum tree's leaves; the min tree is
   rebuilt from the leaves on load.
 
-Cost: ``on_write`` / ``update_priority`` O(k log capacity) for k slots, ``sample`` O(B log
-capacity); memory O(capacity) for the two trees.
+Cost: ``on_write`` / ``update_priority`` O(k log capacity) for k slots (the transform is
+computed twice: once to check it), ``sample`` O(B log capacity); memory O(capacity) for the
+two trees.
 """
 
 from __future__ import annotations
@@ -28,7 +33,14 @@ import math
 
 import torch
 
-from .arguments import check_generation, check_index, check_int, check_number, check_priority
+from .arguments import (
+    check_generation,
+    check_index,
+    check_int,
+    check_number,
+    check_priority,
+    transform_priority,
+)
 from .random_sampler import check_not_empty
 from .sum_tree import MinTree, SumTree
 
@@ -43,11 +55,16 @@ class PrioritizedSampler:
         self.sum_tree = SumTree(capacity)
         self.min_tree = MinTree(capacity)  # holds +inf for zero leaves: they are never sampled
 
-    check_priority = staticmethod(check_priority)  # (priority, n): raw float64[n] (arguments.py)
+    def check_priority(self, priority, n: int) -> torch.Tensor:
+        """Raw priorities as float64[n] (``arguments.check_priority``); ValueError also when
+        their transform overflows float64 (before anything changes)."""
+        raw = check_priority(priority, n)
+        transform_priority(raw, self.alpha, self.eps)
+        return raw
 
     def _store(self, index: torch.Tensor, raw: torch.Tensor) -> None:
-        """The ONLY place a raw priority is transformed."""
-        value = (raw + self.eps) ** self.alpha
+        """The ONLY place a raw priority is transformed and stored."""
+        value = transform_priority(raw, self.alpha, self.eps)
         self.sum_tree.update(index, value)
         self.min_tree.update(index, torch.where(value > 0, value, math.inf))
         if raw.numel():
@@ -99,6 +116,7 @@ class PrioritizedSampler:
         alpha, eps = check_number("alpha", state["alpha"]), check_number("eps", state["eps"])
         beta = check_number("beta", state["beta"], high=1.0)
         max_priority = check_number("max_priority", state["max_priority"])
+        transform_priority(torch.tensor([max_priority], dtype=torch.float64), alpha, eps, "max_priority")
         sum_tree, min_tree = SumTree(self.capacity), MinTree(self.capacity)
         sum_tree.load_state_dict(state["sum_tree"])
         leaves = sum_tree.leaf(torch.arange(self.capacity))

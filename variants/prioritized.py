@@ -15,9 +15,13 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
 * stale entries (generation != current) dropped by a mask, without
   compacting the batch (no device synchronisation on that path);
 * ``state_dict`` / ``load_state_dict`` the reference's keys and layout;
+* a priority whose transform overflows float64 refused as the reference
+  refuses it (``check_priority``, before anything changes), decided on the
+  same expression over the same vector, so on the CPU the same inputs;
 * on the CPU, when ``rbcheck.variants.native`` loads, ``update_priority`` (no
   generations) is one C pass of checks, widening, ``+ eps`` and max, torch's
-  ``pow``, and one C update of both trees; ``sample`` is one C call for
+  ``pow``, one C pass checking that no transform overflowed and committing
+  the max, and one C update of both trees; ``sample`` is one C call for
   ``mass = u * total``, the descent and ``n * (leaf / total)``, torch's
   ``pow`` (the reference's, so the same bits), and one C call for the
   division and the float32 conversion; the trees' updates run in C too.
@@ -29,10 +33,16 @@ Cost: ``on_write`` / ``update_priority`` O(k log k + k log capacity);
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
-from rbcheck.reference.arguments import check_generation, check_int, check_priority
+from rbcheck.reference.arguments import (
+    check_generation,
+    check_int,
+    check_priority,
+    transform_priority,
+)
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
 from rbcheck.reference.random_sampler import check_not_empty
 
@@ -82,17 +92,37 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
 
     def check_priority(self, priority, n: int) -> torch.Tensor:
         """The reference's check; raw priorities as float64[n] on the device (on the
-        CPU the happy path is one C pass; anything else gets the reference's check)."""
+        CPU the happy path is one C pass; anything else gets the reference's check),
+        refused too when their transform overflows (the reference's expression)."""
+        raw = None
         if isinstance(priority, torch.Tensor) and priority.is_floating_point() \
                 and priority.device.type == "cpu" and self.device.type == "cpu" \
                 and tuple(priority.shape) == (n,):
             value = priority.detach().to(torch.float64).contiguous()
             if native.usable(value) and native.all_finite_nonneg(value):
-                return value
-        return check_priority(priority, n, self.device)
+                raw = value
+        if raw is None:
+            raw = check_priority(priority, n, self.device)
+        self._refuse_overflow(raw)
+        return raw
+
+    def _refuse_overflow(self, raw: torch.Tensor) -> None:
+        """The reference's refusal of a transform that overflows (``transform_priority``)
+        at less cost: the transform is computed only when the largest base
+        ``max(raw) + eps`` is within 2**-20 (relative) of the bound where
+        ``base ** alpha`` reaches the largest float64. Below that no pow can
+        overflow (its error is far smaller), so the decision is the reference's."""
+        if not len(raw):
+            return
+        bound = sys.float_info.max if self.alpha <= 1 else sys.float_info.max ** (1 / self.alpha)
+        if float(raw.max()) + self.eps <= bound * (1 - 2.0**-20):
+            return
+        transform_priority(raw, self.alpha, self.eps)  # near the bound: the reference's own check
 
     def _store(self, index: torch.Tensor, raw: torch.Tensor, keep: torch.Tensor | None = None) -> None:
-        """The ONLY place a raw priority is transformed; ``keep`` masks entries out."""
+        """The ONLY place a raw priority is transformed and stored; ``keep`` masks entries
+        out. ``raw`` went through ``check_priority`` (or is the max priority, whose
+        transform ``load_state_dict`` checks): no transform overflows here."""
         if not len(index):
             return
         value = workspace(self.work, "value", (len(index),), torch.float64, raw.device)
@@ -120,10 +150,11 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
 
     def _update_native(self, index, priority) -> bool:
         """``update_priority``'s happy path on the CPU: one C pass checks the indices
-        and priorities, widens them to float64, adds eps and raises the max priority;
-        torch's pow finishes the transform (the reference's op: same bits); one C
-        call updates both trees. False when it does not apply or a check fails: the
-        full path then runs (and raises the reference's error)."""
+        and priorities, widens them to float64, adds eps and finds the new max
+        priority; torch's pow finishes the transform (the reference's op: same bits);
+        one C pass checks that no transform overflowed and only then commits the max;
+        one C call updates both trees. False when it does not apply or a check fails
+        (nothing changed): the full path then runs (and raises the reference's error)."""
         if not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
                 or index.dtype != torch.long or index.dim() != 1 or not len(index) \
                 or priority.dtype not in (torch.float32, torch.float64) \
@@ -132,9 +163,12 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
                 or not native.usable(index, priority, self.sum_tree.raw_nodes, self.min_tree.raw_nodes):
             return False
         value = workspace(self.work, "value", (len(index),), torch.float64, "cpu")
-        if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority):
+        high = workspace(self.work, "high", (1,), torch.float64, "cpu")
+        if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority, high):
             return False
         value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
+        if not native.finish_update(value, high, self._max_priority):
+            return False  # a transform overflowed float64
         native.update(self.sum_tree.raw_nodes, False, self.min_tree.raw_nodes, True, self.sum_tree.size,
                       self.capacity, index, value, None, None, shadow=True)
         self.sum_tree.mark_stale()

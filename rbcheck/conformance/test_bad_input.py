@@ -8,10 +8,15 @@ buffer in a known state. The case *survives* when
    argument: ``<arg>...=<got>, but should be <allowed>``), and
 2. the observable state is exactly as before: length, cursor, write count,
    contents (bit for bit), stored priorities of every slot and the max
-   priority, and the random stream -- the next sample equals the one of a
-   twin buffer that never saw the bad call (checked when two untouched twins
-   agree with each other, i.e. when the implementation samples
-   deterministically from its seed), write generations included.
+   priority (with ``priority_readback``), and the sampling -- compared with
+   twin buffers that never saw the bad call (after one more row in each when
+   the priorities cannot be read back: it takes the max priority). A
+   seedable buffer whose twins draw alike: the next sample equals theirs,
+   exactly, write generations included. Draws that cannot be replayed (not
+   seedable, or twins that draw differently from one seed): every slot drawn
+   carries the twin's importance weight (so a priority the refused call
+   changed shows as soon as its slot is drawn), and the slot counts of 4096
+   draws match the twin's (chi-square, false-alarm rate 1e-4 per case).
 
 Constructor cases (``make(spec)`` with a bad spec) survive when ``make``
 raises; a batch size that does not divide into slices may instead be refused
@@ -21,7 +26,13 @@ default batch size for cpprb, tianshou and SB3; beta for cpprb): nothing sees
 it before the first one.
 
 Priorities follow DeepMind Reverb: NaN, infinite and negative priorities are
-refused, zero is allowed (such a row is never sampled).
+refused, zero is allowed (such a row is never sampled); so is a finite
+priority whose transform ``(p + eps) ** alpha`` overflows float64 (1e200 with
+alpha = 2), on update and on write, even in an update entry that is stale. Every priority a case
+hands over is in the dtype the adapter declares
+(``conventions.priority_dtype``), so a bad value is refused for its value,
+never for a dtype the buffer does not take (a float64 buffer refusing float32
+would otherwise pass every priority, index and generation case unchecked).
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from rbcheck.harness.assertions import (
     assert_tensor_equal,
     fail,
     priority_tolerance,
+    weight_tolerance,
 )
 from rbcheck.harness.oracle import reads_back, transform
 from rbcheck.harness.protocol import BufferSpec
@@ -69,9 +81,16 @@ def rows(n: int, start: int = 0, *, episode_len: int = 2) -> TensorDict:
     )
 
 
+def declared(priority) -> torch.Tensor:
+    """``priority`` (numbers) in the dtype the adapter under test declares
+    (``conventions.priority_dtype``): a bad value must be refused for its
+    value, not for a dtype the buffer does not take."""
+    return adapter_under_test().conventions.priorities(priority)
+
+
 def with_priority(n: int, priority: list[float]) -> TensorDict:
     data = rows(n)
-    data.set("priority", torch.tensor(priority, dtype=torch.float32))
+    data.set("priority", declared(priority))
     return data
 
 
@@ -79,6 +98,9 @@ PRIORITIZED = BufferSpec(capacity=CAPACITY, sampler="prioritized", alpha=0.7, be
 UNIFORM = BufferSpec(capacity=CAPACITY, sampler="random", seed=3)
 SLICES = BufferSpec(capacity=CAPACITY, sampler="slice", num_slices=2, seed=3)
 KEYED = PRIORITIZED.but(priority_key="priority")
+#: alpha = 2: the transform (1e200 + eps) ** 2 of a finite priority overflows float64
+OVERFLOW = PRIORITIZED.but(alpha=2.0)
+HUGE = 1e200
 
 
 def fill(buf, spec: BufferSpec) -> None:
@@ -110,7 +132,12 @@ class Case:
 
 
 def update(index, priority, **kw):
-    return lambda buf: buf.update_priority(torch.as_tensor(index), torch.as_tensor(priority), **kw)
+    """``update_priority(index, priority)``; numbers in ``priority`` are handed
+    over in the declared dtype (:func:`declared`), a tensor as it is."""
+    def call(buf):
+        value = priority if isinstance(priority, torch.Tensor) else declared(priority)
+        return buf.update_priority(torch.as_tensor(index), value, **kw)
+    return call
 
 
 P = ("prioritized",)
@@ -125,11 +152,20 @@ CATALOGUE = [
     Case("priority_shorter_than_index", PRIORITIZED, "priority", update([0, 1, 2], [1.0, 2.0]), P),
     Case("priority_2d", PRIORITIZED, "priority", update([0, 1], [[1.0, 2.0], [3.0, 4.0]]), P),
     Case("priority_on_meta_device", PRIORITIZED, "priority",
-         lambda buf: buf.update_priority(torch.tensor([0, 1]), meta(2)), P),
+         lambda buf: buf.update_priority(torch.tensor([0, 1]), declared([0.0, 0.0]).to("meta")), P),
     Case("priority_key_nan_on_extend", KEYED, "priority",
          lambda buf: buf.extend(with_priority(2, [1.0, math.nan])), P + ("priority_key",)),
     Case("priority_key_negative_on_extend", KEYED, "priority",
          lambda buf: buf.extend(with_priority(2, [-1.0, 1.0])), P + ("priority_key",)),
+    # --- a finite priority whose transform (p + eps) ** alpha overflows float64 -
+    # (stored as inf, it would give NaN weights and a checkpoint no load takes)
+    Case("priority_transform_overflows", OVERFLOW, "priority", update([0, 1], [1.0, HUGE]), P),
+    Case("priority_transform_overflows_in_stale_entry", OVERFLOW, "priority",
+         update([0, 1], [HUGE, 1.0], generation=torch.tensor([-5, -5])), P + ("stale_updates",)),
+    Case("priority_key_transform_overflows_on_extend", OVERFLOW.but(priority_key="priority"), "priority",
+         lambda buf: buf.extend(with_priority(2, [1.0, HUGE])), P + ("priority_key",)),
+    Case("priority_key_transform_overflows_on_add", OVERFLOW.but(priority_key="priority"), "priority",
+         lambda buf: buf.add(with_priority(1, [HUGE])[0]), P + ("priority_key",)),
     # --- indices -------------------------------------------------------------
     Case("index_at_capacity", PRIORITIZED, "index", update([0, CAPACITY], [1.0, 2.0]), P),
     Case("index_negative", PRIORITIZED, "index", update([-1], [2.0]), P),
@@ -137,7 +173,7 @@ CATALOGUE = [
     Case("index_float_dtype", PRIORITIZED, "index", update(torch.tensor([0.0, 1.0]), [2.0, 2.0]), P),
     Case("index_2d", PRIORITIZED, "index", update([[0, 1]], [[2.0, 2.0]]), P),
     Case("index_on_meta_device", PRIORITIZED, "index",
-         lambda buf: buf.update_priority(meta(2, torch.long), torch.tensor([1.0, 2.0])), P),
+         lambda buf: buf.update_priority(meta(2, torch.long), declared([1.0, 2.0])), P),
     Case("generation_wrong_shape", PRIORITIZED, "generation",
          update([0, 1], [2.0, 2.0], generation=torch.tensor([0])), P + ("stale_updates",)),
     Case("generation_float_dtype", PRIORITIZED, "generation",
@@ -166,7 +202,7 @@ CATALOGUE = [
     Case("sample_batch_size_negative", UNIFORM, "batch_size", lambda buf: buf.sample(-3)),
     Case("sample_batch_size_float", UNIFORM, "batch_size", lambda buf: buf.sample(2.5)),
     Case("sample_all_priorities_zero", PRIORITIZED.but(eps=0.0), "total priority", lambda buf: buf.sample(2), P,
-         setup=update(torch.arange(WRITTEN), torch.zeros(WRITTEN))),
+         setup=update(torch.arange(WRITTEN), [0.0] * WRITTEN)),
     Case("slice_batch_not_divisible", SLICES, "batch_size", lambda buf: buf.sample(5), ("slice",)),
     Case("slice_longer_than_every_episode", SLICES.but(num_slices=None, slice_len=3), "slice_len",
          lambda buf: buf.sample(3), ("slice",), probe=2),
@@ -309,22 +345,38 @@ def next_sample(buf, k: int):
     return rows_, {key: value for key, value in info.items() if isinstance(value, torch.Tensor)}
 
 
-def assert_same_next_sample(buf, twins, k: int, trace: Trace) -> None:
-    """``buf``'s random stream is untouched: its next sample equals a twin's,
-    provided two twins agree (the implementation is seed-deterministic)."""
+def assert_same_next_sample(impl, spec: BufferSpec, buf, twins, k: int, trace: Trace, *,
+                            empty: bool = False) -> None:
+    """``buf`` samples as the twins that never saw the bad call do.
+
+    * A prioritized buffer without ``priority_readback`` (the snapshot cannot
+      see its priorities) first gets one more row in all three buffers: the
+      row takes the max priority, so a max raised by the refused call shows
+      in the draws below (not with ``priority_key``: a row without the column
+      is another bad input; not when the case starts ``empty``).
+    * Sampling that raises: ``buf`` raises what the twins raise; twins in the
+      same state that do not raise alike fail.
+    * A seedable buffer (``conventions.seedable``) whose two twins draw the
+      same: exact, ``buf``'s next sample equals theirs.
+    * Otherwise (not seedable, or the twins draw differently from the same
+      seed): :func:`assert_same_sampling`, distributional and exact per slot.
+    """
+    if spec.sampler == "prioritized" and not spec.priority_key and not empty and not reads_back(spec, impl):
+        trace.need("from rbcheck.conformance.test_bad_input import rows")
+        trace.op(f"buf.extend(rows(1, {WRITTEN}))  # in every buffer: a new row takes the max priority")
+        for b in (buf, *twins):
+            b.extend(rows(1, WRITTEN))
     a, b = (next_sample(t, k) for t in twins)
     if isinstance(a, str) or isinstance(b, str):
         if a != b:
-            return
-        got = next_sample(buf, k)
-        assert_same(f"after the bad call: sample({k}) raises", got, a, trace)
+            fail(f"untouched twins: sample({k})", f"<{a if isinstance(a, str) else 'returned'} vs. "
+                 f"{b if isinstance(b, str) else 'returned'}>", "the same outcome (same spec, same calls)", trace)
+        trace.op(f"buf.sample({k})  # the twins raise {a}")
+        assert_same(f"after the bad call: sample({k}) raises", next_sample(buf, k), a, trace)
         return
-    try:
-        assert_td_equal("twin", b[0], a[0])
-        for key in a[1]:
-            assert_tensor_equal(f"twin info[{key!r}]", b[1][key], a[1][key])
-    except AssertionError:
-        return  # the implementation does not sample deterministically from its seed
+    if not (impl.conventions.seedable and same_draw(a, b)):
+        assert_same_sampling(impl, buf, twins[0], k, trace)
+        return
     got = next_sample(buf, k)
     if isinstance(got, str):
         fail(f"after the bad call: sample({k})", f"<raised {got}>", "the twin's sample", trace)
@@ -332,6 +384,97 @@ def assert_same_next_sample(buf, twins, k: int, trace: Trace) -> None:
     assert_td_equal(f"after the bad call: sample({k}) rows", got[0], a[0], trace)
     for key, value in a[1].items():
         assert_tensor_equal(f"after the bad call: sample({k}) info[{key!r}]", got[1].get(key), value, trace)
+
+
+def same_draw(a, b) -> bool:
+    """Whether two ``next_sample`` results are identical (rows and info)."""
+    try:
+        assert_td_equal("twin", b[0], a[0])
+        for key in a[1]:
+            assert_tensor_equal(f"twin info[{key!r}]", b[1].get(key), a[1][key])
+    except AssertionError:
+        return False
+    return set(a[1]) == set(b[1])
+
+
+#: The distributional comparison: draws per buffer, and the probability that
+#: it fails a correct implementation (per case; a seedable buffer whose twins
+#: draw alike never gets here, so only draws that cannot be replayed do).
+DRAWS = 4096
+FALSE_ALARM = 1e-4
+
+
+def draws(buf, batch: int, rounds: int):
+    """``(count per slot, first weight seen per slot)`` over ``rounds`` samples
+    of ``batch``, or the name of the error a sample raised."""
+    counts: dict[int, int] = {}
+    weights: dict[int, float] = {}
+    for _ in range(rounds):
+        got = next_sample(buf, batch)
+        if isinstance(got, str):
+            return got
+        index = got[1]["index"].reshape(-1).cpu().tolist()
+        weight = got[1].get("weight")
+        weight = [None] * len(index) if weight is None else weight.reshape(-1).double().cpu().tolist()
+        for slot, w in zip(index, weight, strict=True):
+            counts[slot] = counts.get(slot, 0) + 1
+            if w is not None:
+                weights.setdefault(slot, w)
+    return counts, weights
+
+
+def assert_same_sampling(impl, buf, twin, k: int, trace: Trace) -> None:
+    """Distributional + exact per slot, for draws that cannot be replayed from
+    the seed: ``DRAWS`` draws from ``buf`` and from an untouched twin (samples
+    of ``32 * k``, a multiple of the case's batch size).
+
+    * every slot drawn by both carries the same importance weight in both
+      (a weight is a function of the state and the slot under
+      ``weight_normaliser`` ``buffer_min`` or ``none``, within
+      ``weight_tolerance``): a priority changed by the refused call shows as
+      soon as its slot is drawn;
+    * the counts per slot are homogeneous: Pearson's chi-square on the 2 x
+      slots table (cells of fewer than 10 draws pooled) at ``FALSE_ALARM``.
+    """
+    from scipy import stats
+
+    batch = 32 * k
+    rounds = -(-DRAWS // batch)
+    trace.op(f"# {rounds} x buf.sample({batch}) vs. an untouched twin's: the same weight per slot, "
+             f"and slot counts alike (chi-square, false alarm {FALSE_ALARM:g})")
+    got, want = draws(buf, batch, rounds), draws(twin, batch, rounds)
+    if isinstance(got, str) or isinstance(want, str):
+        assert_same(f"after the bad call: sample({batch}) raises",
+                    got if isinstance(got, str) else "<returned>",
+                    want if isinstance(want, str) else "<returned>", trace)
+        return
+    (got_counts, got_weights), (want_counts, want_weights) = got, want
+    if impl.conventions.weight_normaliser != "batch_max":
+        common = sorted(set(got_weights) & set(want_weights))
+        if common:
+            assert_close(f"after the bad call: importance weight of slots {common}",
+                         torch.tensor([got_weights[s] for s in common], dtype=torch.float64),
+                         torch.tensor([want_weights[s] for s in common], dtype=torch.float64), trace,
+                         tol=weight_tolerance(impl.conventions.priority_dtype, CAPACITY))
+    slots = sorted(set(got_counts) | set(want_counts), key=lambda s: got_counts.get(s, 0) + want_counts.get(s, 0))
+    cells: list[list[int]] = []
+    pending = [0, 0]
+    for slot in slots:
+        pending = [pending[0] + got_counts.get(slot, 0), pending[1] + want_counts.get(slot, 0)]
+        if sum(pending) >= 10:
+            cells.append(pending)
+            pending = [0, 0]
+    if cells and sum(pending):
+        cells[-1] = [cells[-1][0] + pending[0], cells[-1][1] + pending[1]]
+    if len(cells) < 2:  # every draw of both in one pooled cell: nothing to tell apart
+        return
+    table = [[c[0] for c in cells], [c[1] for c in cells]]
+    p = stats.chi2_contingency(table, correction=False).pvalue
+    if p < FALSE_ALARM:
+        fail(f"after the bad call: draws per slot (chi-square p-value {p:.3g} vs. an untouched twin)",
+             {s: got_counts.get(s, 0) for s in sorted(slots)},
+             f"counts alike to the twin's {dict((s, want_counts.get(s, 0)) for s in sorted(slots))} "
+             f"(false-alarm rate {FALSE_ALARM:g})", trace)
 
 
 @pytest.mark.parametrize("case", CATALOGUE, ids=[c.id for c in CATALOGUE])
@@ -363,7 +506,7 @@ def test_bad_input_is_refused_and_nothing_changes(impl, make_buffer, case):
         error = err
     check_refusal(impl, error, case.arg, trace)
     assert_unchanged(snapshot(buf, case.spec), before, trace)
-    assert_same_next_sample(buf, twins, case.probe, trace)
+    assert_same_next_sample(impl, case.spec, buf, twins, case.probe, trace, empty=case.empty)
 
 
 @pytest.mark.parametrize("case", SPEC_CATALOGUE, ids=[c.id for c in SPEC_CATALOGUE])
@@ -437,7 +580,9 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
     priorities rounded to the buffer's dtype (``priority_tolerance``) and
     max_priority becomes 6.0 -- or refused like any bad input: an exception,
     and length, cursor, contents, stored priorities and max priority exactly
-    as before. A crash that leaves part of the state changed is neither.
+    as before (without read-back: the draws of twins that never saw the
+    call, :func:`assert_same_next_sample`). A crash that leaves part of the
+    state changed is neither.
     (update_priority on a filled buffer; a first extend carrying the
     priorities under ``priority_key`` on an empty one.)"""
     spec, needs, slots, max_before, call = DTYPE_CASES[path]
@@ -448,8 +593,9 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
     own = impl.conventions.priority_dtype
     other = OTHER_FLOAT[own]
     trace = Trace(impl, spec)
-    buf = make_buffer(spec)
-    fill_in_own_dtype(buf, spec, own)
+    buf, *twins = (make_buffer(spec) for _ in range(3))
+    for each in (buf, *twins):
+        fill_in_own_dtype(each, spec, own)
     before = snapshot(buf, spec)
     trace.op(f"# then {path} with priorities {DTYPE_RAW} as {other} (the buffer's dtype: {own})")
     try:
@@ -457,6 +603,7 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
     except Exception as err:  # noqa: BLE001 - a refusal; then nothing may have changed
         trace.op(f"# raised {type(err).__name__}: {err}")
         assert_unchanged(snapshot(buf, spec), before, trace)
+        assert_same_next_sample(impl, spec, buf, twins, 4, trace, empty=bool(spec.priority_key))
         return
     if reads_back(spec):
         want = transform(impl.conventions.priorities(DTYPE_RAW).double(),

@@ -12,7 +12,9 @@ A load *survives* a fault when
 
 * no code from the checkpoint ran and nothing outside it changed, and
 * either it raised and the target buffer is exactly as before (length,
-  cursor, write count, contents, stored priorities, max priority), or it
+  cursor, write count, contents, stored priorities, max priority, and for a
+  seedable adapter the generator and the write generations, seen in the
+  next sample, compared with a twin that never saw the load), or it
   returned and the buffer is exactly the saved one (the damage did not
   matter, e.g. an extra file nobody reads). A symlink leaving the checkpoint
   must be refused: following it lets a checkpoint read any file.
@@ -39,6 +41,7 @@ from tensordict import TensorDict
 from rbcheck.harness.assertions import Trace, fail
 from rbcheck.harness.oracle import reads_back
 from rbcheck.harness.protocol import BufferSpec
+from rbcheck.harness.pytest_plugin import adapter_under_test
 
 pytestmark = pytest.mark.requires("save_load")
 
@@ -81,7 +84,19 @@ def target(impl, spec: BufferSpec):
     return buf
 
 
+#: Draws of the snapshot's sample: at capacity 8, every held slot is drawn
+#: (and its write generation seen) but with a negligible probability.
+DRAWS = 64
+
+
 def snapshot(buf, spec: BufferSpec) -> dict:
+    """What a refused load must leave and a load must restore: length,
+    cursor, write count, contents, stored priorities and max priority (with
+    ``priority_readback``), and for a seedable adapter the generator and the
+    write generations, seen in one sample of ``DRAWS`` taken LAST (its
+    indices, weights and ``info["generation"]``). The sample moves the
+    generator: compare snapshots of buffers at the same point of their lives
+    (:func:`untouched` builds the one that never saw the load)."""
     state = {"len": len(buf), "cursor": buf.cursor, "write_count": buf.write_count}
     if len(buf):
         for key, value in buf.contents().items(include_nested=True, leaves_only=True):
@@ -89,7 +104,30 @@ def snapshot(buf, spec: BufferSpec) -> dict:
     if reads_back(spec):  # capability "priority_readback"
         state["stored_priority"] = buf.stored_priority(torch.arange(spec.capacity))
         state["max_priority"] = buf.max_priority
+    if len(buf) and adapter_under_test().conventions.seedable:
+        try:
+            _, info = buf.sample(DRAWS)
+        except Exception as err:  # noqa: BLE001 - compared like any other observable
+            state[f"sample({DRAWS})"] = f"<raised {type(err).__name__}>"
+        else:  # ".index" sorts first: a moved generator is named as such
+            state[f"sample({DRAWS}).index"] = info["index"]
+            for key, value in info.items():
+                if isinstance(value, torch.Tensor) and key != "index":
+                    state[f"sample({DRAWS}).info[{key!r}]"] = value
     return state
+
+
+def untouched(build: Callable, spec: BufferSpec) -> dict:
+    """The snapshot of a buffer ``build()`` makes, never loaded into or
+    saved from. Two are built: when they differ (a seedable adapter whose
+    draws do not follow the seed), that fails here, as such, instead of
+    being blamed on a load."""
+    first, second = snapshot(build(), spec), snapshot(build(), spec)
+    diff = difference(second, first)
+    if diff:
+        fail("two untouched buffers of one spec and seed: the second one's", diff,
+             "the first one's (conventions.seedable=True: the draws follow the seed)")
+    return first
 
 
 def difference(got: dict, want: dict) -> str | None:
@@ -99,13 +137,27 @@ def difference(got: dict, want: dict) -> str | None:
             return f"{key} present in only one of them"
         a, b = got[key], want[key]
         if isinstance(b, torch.Tensor):
-            if not isinstance(a, torch.Tensor) or a.dtype != b.dtype or a.shape != b.shape \
-                    or not torch.equal(a.cpu().reshape(-1).view(torch.uint8) if a.numel() else a.cpu(),
-                                       b.cpu().reshape(-1).view(torch.uint8) if b.numel() else b.cpu()):
+            if not isinstance(a, torch.Tensor) or a.dtype != b.dtype or a.shape != b.shape:
                 return f"{key}={a}, expected {b}"
+            if not torch.equal(a.cpu().reshape(-1).view(torch.uint8) if a.numel() else a.cpu(),
+                               b.cpu().reshape(-1).view(torch.uint8) if b.numel() else b.cpu()):
+                return f"{key}{first_difference(a, b)}"
         elif type(a) is not type(b) or a != b:
             return f"{key}={a!r}, expected {b!r}"
     return None
+
+
+def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
+    """``"=<a>, expected <b>"`` for short tensors of one shape and dtype, else
+    the first entry that differs bit for bit and how many do."""
+    if a.numel() <= 8:
+        return f"={a}, expected {b}"
+    flat_a, flat_b = a.detach().cpu().reshape(-1), b.detach().cpu().reshape(-1)
+    differ = (flat_a.view(torch.uint8).reshape(flat_a.numel(), -1)
+              != flat_b.view(torch.uint8).reshape(flat_b.numel(), -1)).any(dim=1)
+    i = int(torch.nonzero(differ)[0])
+    return (f"[{i}]={flat_a[i].item()!r}, expected {flat_b[i].item()!r} "
+            f"({int(differ.sum())} of {differ.numel()} entries differ)")
 
 
 def files_under(path: Path) -> list[Path]:
@@ -229,8 +281,8 @@ def outside_state(outside: Path) -> dict:
 def load_problem(impl, spec, ckpt: Path, outside: Path, saved: dict, may_load: bool, what: str) -> str | None:
     """What went wrong loading the damaged ``ckpt`` into another buffer, or None."""
     buf = target(impl, spec)
-    before = snapshot(buf, spec)
-    untouched = outside_state(outside)
+    before = untouched(lambda: target(impl, spec), spec)
+    outside_before = outside_state(outside)
     error = None
     try:
         buf.load(ckpt)
@@ -238,7 +290,7 @@ def load_problem(impl, spec, ckpt: Path, outside: Path, saved: dict, may_load: b
         error = err
     if (outside / "PWNED").exists():
         return f"load({what}) RAN CODE from the checkpoint (an unpickled payload), but should never unpickle"
-    if outside_state(outside) != untouched:
+    if outside_state(outside) != outside_before:
         return f"load({what}) changed files outside the checkpoint, but should touch nothing outside"
     after = snapshot(buf, spec)
     if error is not None:
@@ -273,7 +325,7 @@ def test_damaged_checkpoint_is_refused_and_nothing_changes(impl, fault, tmp_path
     damage = FAULTS[fault]
     trace = Trace(impl.name, spec)
     buf = source(impl, spec)
-    saved = snapshot(buf, spec)
+    saved = untouched(lambda: source(impl, spec), spec)
     buf.save(tmp_path / "probe")
     problems = []
     for count in range(count_items(tmp_path / "probe", damage.per)):
@@ -300,23 +352,26 @@ def test_missing_or_empty_directory_is_refused(impl, tmp_path):
     fail_with([p for p in problems if p], trace)
 
 
-# The misfit buffers hold rows 100, 101 (the checkpoint's are 0..5): a load that
-# wrote the checkpoint's rows into live memory before refusing shows in every
-# slot (rows that agreed on a slot would hide it; ``differs_in_every_slot``).
+# The misfit buffers hold rows 100, 101, ... (the checkpoint's are 0..5): a
+# load that wrote the checkpoint's rows into live memory before refusing shows
+# in every slot (rows that agreed on a slot would hide it;
+# ``differs_in_every_slot``). They wrap their ring (capacity + 2 rows), so the
+# write generations of slots 0 and 1 differ from the checkpoint's too.
 
 
 def other_capacity(impl, spec):
-    return spec.but(capacity=spec.capacity + 3), rows(2, 100)
+    return spec.but(capacity=spec.capacity + 3), rows(spec.capacity + 5, 100)
 
 
 def other_layout(impl, spec):
-    return spec, TensorDict({"obs": torch.full((2, 5), -1.0, dtype=torch.float64)}, batch_size=[2])
+    n = spec.capacity + 2
+    return spec, TensorDict({"obs": torch.full((n, 5), -1.0, dtype=torch.float64)}, batch_size=[n])
 
 
 def other_sampler(impl, spec):
     if spec.sampler != "prioritized":
         pytest.skip("not declared: prioritized")
-    return spec.but(sampler="random"), rows(2, 100)
+    return spec.but(sampler="random"), rows(spec.capacity + 2, 100)
 
 
 def differs_in_every_slot(live, saved, what: str) -> None:
@@ -346,20 +401,29 @@ def test_checkpoint_that_does_not_fit_is_refused(impl, misfit, tmp_path):
     """exact: a checkpoint of another capacity, field layout or sampler is
     refused and the buffer is unchanged; the buffer's rows differ from the
     checkpoint's in every slot and every shared field, so a load that copied
-    rows into live memory before refusing cannot go unseen."""
+    rows into live memory before refusing cannot go unseen, and so do the
+    write generations of slots 0 and 1 (the ring has wrapped), and its
+    generator's state (another seed): a load that took either before
+    refusing shows in the next sample (seedable adapters)."""
     spec = spec_for(impl)
     trace = Trace(impl.name, spec)
     saved = source(impl, spec)
     saved.save(tmp_path / "ckpt")
     other, data = MISFITS[misfit](impl, spec)
-    buf = impl.make(other)
-    buf.extend(data)
-    before = snapshot(buf, other)
+
+    def build():
+        made = impl.make(other)
+        made.extend(data)
+        return made
+
+    buf = build()
+    before = untouched(build, other)
     differs_in_every_slot(buf.contents(), saved.contents(), f"the {misfit} buffer")
     trace.spec = other
     trace.need("from rbcheck.conformance.test_checkpoint_faults import rows")
-    trace.op(f"buf.extend({'rows(2, 100)' if misfit != 'field_layout_differs' else 'data'})  # {misfit}")
-    trace.let("data", None, "TensorDict({'obs': torch.full((2, 5), -1.0, dtype=torch.float64)}, batch_size=[2])")
+    n = data.batch_size[0]
+    trace.op(f"buf.extend({f'rows({n}, 100)' if misfit != 'field_layout_differs' else 'data'})  # {misfit}")
+    trace.let("data", None, f"TensorDict({{'obs': torch.full(({n}, 5), -1.0, dtype=torch.float64)}}, batch_size=[{n}])")
     trace.need("from tensordict import TensorDict")
     trace.op(f"buf.load({str(tmp_path / 'ckpt')!r})  # written by a buffer of {spec!r}")
     try:
@@ -433,7 +497,8 @@ def test_interrupted_save_leaves_a_loadable_checkpoint(impl, how, tmp_path):
     spec = spec_for(impl)
     trace = Trace(impl.name, spec)
     buf_a, buf_b = source(impl, spec), source(impl, spec, extra=3)
-    state_a, state_b = snapshot(buf_a, spec), snapshot(buf_b, spec)
+    state_a = untouched(lambda: source(impl, spec), spec)
+    state_b = untouched(lambda: source(impl, spec, extra=3), spec)
     elsewhere = getattr(buf_b, "saves_in_another_process", None)
     if elsewhere:  # the fault would be injected where the save does not run
         pytest.skip(f"unavailable: the save runs in another process ({elsewhere}); "

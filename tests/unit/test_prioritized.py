@@ -164,3 +164,62 @@ def test_constructor_checks():
         ReplayBuffer(4, sampler=PrioritizedSampler(8, 0.6, 0.4))
     with pytest.raises(ValueError, match=r"len\(buffer\)=0, but should be >= 1"):
         make().sample(2)
+
+
+OVERFLOW_MESSAGE = (r"priority=\[1e\+200\], but should be at most about 1\.34e\+154 "
+                    r"\(its transform \(p \+ eps\) \*\* alpha overflows float64")
+OVERFLOW_CALLS = {
+    "update_priority": lambda rb: rb.update_priority(torch.tensor([0, 1]), torch.tensor([2.0, 1e200],
+                                                                                        dtype=torch.float64)),
+    "update_priority_stale_entry": lambda rb: rb.update_priority(
+        torch.tensor([0, 1]), torch.tensor([1e200, 2.0], dtype=torch.float64), generation=torch.tensor([-5, -5])),
+    "extend": lambda rb: rb.extend(rows(2, 3, priority=[1.0, 1e200])),
+    "add": lambda rb: rb.add(rows(1, 3, priority=[1e200])[0]),
+    "sampler_on_write": lambda rb: rb.sampler.on_write(torch.tensor([3]), torch.tensor([1e200], dtype=torch.float64)),
+}
+
+
+@pytest.mark.parametrize("path", list(OVERFLOW_CALLS))
+def test_priority_whose_transform_overflows_is_refused_and_nothing_changes(path):
+    """exact: (1e200 + eps) ** 2 is inf in float64: such a priority is bad input on
+    every path (update, a stale update entry, extend / add with the priority
+    column, the sampler's on_write), refused with a message naming the bound,
+    and the whole state is unchanged (it used to be stored as inf: NaN weights,
+    and a checkpoint that loads refused)."""
+    from .test_buffer import same
+
+    rb = make(capacity=4, alpha=2.0, eps=1e-3)
+    rb.extend(rows(3, priority=[1.0, 2.0, 3.0]))
+    before = rb.state_dict()
+    with pytest.raises(ValueError, match=OVERFLOW_MESSAGE):
+        OVERFLOW_CALLS[path](rb)
+    assert same(rb.state_dict(), before), f"{path}: the state changed on a refused call"
+
+
+def test_priority_just_below_the_overflow_is_taken_and_round_trips(tmp_path):
+    """exact: 1e154 with alpha = 2 is stored as (1e154 + eps) ** 2, finite; the
+    weights are finite and a checkpoint holding it loads."""
+    rb = make(capacity=4, alpha=2.0, eps=1e-3)
+    rb.extend(rows(3, priority=[1.0, 2.0, 3.0]))
+    rb.update_priority(torch.tensor([1]), torch.tensor([1e154], dtype=torch.float64))
+    assert stored(rb, 1) == [(1e154 + 1e-3) ** 2] and math.isfinite(stored(rb, 1)[0])
+    _, info = rb.sample(64)
+    assert bool(torch.isfinite(info["weight"]).all())
+    rb.dumps(tmp_path / "ckpt")
+    again = make(capacity=4, alpha=2.0, eps=1e-3, seed=1)
+    again.loads(tmp_path / "ckpt")
+    assert stored(again, 0, 1, 2) == stored(rb, 0, 1, 2) and again.sampler.max_priority == 1e154
+
+
+def test_checkpoint_whose_max_priority_transform_overflows_is_refused():
+    """exact: a state whose max priority a new row could not take (its
+    transform overflows under the state's alpha and eps) is refused, nothing
+    changed."""
+    rb = make(capacity=4, alpha=2.0, eps=1e-3)
+    rb.extend(rows(2))
+    state = rb.state_dict()
+    state["sampler"] = {**state["sampler"], "max_priority": 1e200}
+    before = (rb.sampler.max_priority, rb.sampler.sum_tree.nodes.clone())
+    with pytest.raises(ValueError, match=r"max_priority=\[1e\+200\], but should be at most about"):
+        rb.load_state_dict(state)
+    assert (rb.sampler.max_priority, rb.sampler.sum_tree.nodes.tolist()) == (before[0], before[1].tolist())

@@ -19,7 +19,8 @@ batched update of one or two trees (``update``), the weights' final division
 and float32 conversion, the row gathers of a sample (``gather_rows``, from
 row-major columns or fields of interleaved rows), a ring writer's
 generations at sampled slots (``ring_generation``, arithmetic) and the
-happy-path checks of indices and priorities. The descent is level-synchronous
+happy-path checks of indices and priorities (and, after torch's pow, that no
+transform overflowed). The descent is level-synchronous
 over the batch with software prefetch, three levels per pass; on the bottom
 six levels a pass reads one cache line of eight nodes and recomputes the two
 levels above them (bit-identical sums): bound by cache misses, not by
@@ -54,7 +55,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("tree.c")
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
-ABI_VERSION = 11
+ABI_VERSION = 12
 #: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
 SHADOW_MIN_DEPTH = 6
 
@@ -148,8 +149,10 @@ def _build() -> ctypes.CDLL:
     lib.rb_index_in_range.restype = i64
     lib.rb_all_finite_nonneg.argtypes = [p, i64]
     lib.rb_all_finite_nonneg.restype = i64
-    lib.rb_prepare_update.argtypes = [p, i64, i64, p, i64, ctypes.c_double, p, p]
+    lib.rb_prepare_update.argtypes = [p, i64, i64, p, i64, ctypes.c_double, p, p, p]
     lib.rb_prepare_update.restype = i64
+    lib.rb_finish_update.argtypes = [p, i64, p, p]
+    lib.rb_finish_update.restype = i64
     return lib
 
 
@@ -317,16 +320,25 @@ def all_finite_nonneg(x: torch.Tensor) -> bool:
 
 
 def prepare_update(index: torch.Tensor, capacity: int, priority: torch.Tensor, eps: float,
-                   out: torch.Tensor, max_priority: torch.Tensor) -> bool:
+                   out: torch.Tensor, max_priority: torch.Tensor, high: torch.Tensor) -> bool:
     """One pass for ``update_priority``'s happy path: True when every ``index``
     (int64) is in ``[0, capacity)`` and every ``priority`` (float32 or float64)
     finite and ``>= 0``; then ``out`` (float64) holds ``priority + eps`` (as torch
-    adds: the same bits) and ``max_priority`` (a float64 scalar tensor) the larger
-    of itself and the priorities' maximum. False: nothing promised of ``out``,
-    ``max_priority`` unchanged."""
+    adds: the same bits) and ``high`` (a float64 tensor of one entry) the larger
+    of ``max_priority`` (a float64 scalar tensor, only read) and the priorities'
+    maximum. False: nothing promised of ``out`` and ``high``. Nothing changes
+    ``max_priority``: ``finish_update`` commits ``high`` after the transform."""
     return bool(_state["lib"].rb_prepare_update(
         index.data_ptr(), index.shape[0], capacity, priority.data_ptr(),
-        int(priority.dtype == torch.float32), eps, out.data_ptr(), max_priority.data_ptr()))
+        int(priority.dtype == torch.float32), eps, out.data_ptr(), max_priority.data_ptr(), high.data_ptr()))
+
+
+def finish_update(value: torch.Tensor, high: torch.Tensor, max_priority: torch.Tensor) -> bool:
+    """After the transform ``value = (priority + eps) ** alpha`` (float64): True when
+    every ``value`` is finite (no transform overflowed); then ``max_priority``
+    becomes ``high`` (``prepare_update``'s). False: ``max_priority`` unchanged."""
+    return bool(_state["lib"].rb_finish_update(value.data_ptr(), value.shape[0], high.data_ptr(),
+                                               max_priority.data_ptr()))
 
 
 _HUGE = 2 << 20  # transparent huge page size on x86-64 / arm64 Linux (4 KiB base pages)

@@ -19,7 +19,7 @@
 #error "tree.c must be compiled without -ffast-math: its results must be the reference's bits"
 #endif
 
-#define RB_ABI_VERSION 11
+#define RB_ABI_VERSION 12
 /* Prefetch the children of the draw PREFETCH_AHEAD positions ahead (level by
  * level the next addresses are known; ~64 hides the latency of a tree larger
  * than the private caches on the machines measured, 16 was 2x slower), and
@@ -280,12 +280,14 @@ int64_t rb_all_finite_nonneg(const double *x, int64_t n)
  * one pass: 1 when every index[i] is in [0, capacity) and every priority
  * finite and >= 0; then out[i] = priority + eps (the priority widened to a
  * double first: float32 exactly, as torch's conversion; one IEEE addition,
- * as torch's) and *max_priority becomes the larger of itself and the
- * largest priority. 0 otherwise, with *max_priority unchanged (the caller's
- * full checks then report what is wrong). priority: float32 when
- * is_float32, else float64. */
+ * as torch's) and *high the larger of *max_priority and the largest
+ * priority. 0 otherwise (the caller's full checks then report what is
+ * wrong). Nothing is committed here: rb_finish_update does, once the
+ * caller's pow has shown that no transform overflows. priority: float32
+ * when is_float32, else float64. */
 int64_t rb_prepare_update(const int64_t *index, int64_t n, int64_t capacity, const void *priority,
-                          int64_t is_float32, double eps, double *out, double *max_priority)
+                          int64_t is_float32, double eps, double *out, const double *max_priority,
+                          double *high_out)
 {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (index[i] < 0) | (index[i] >= capacity);
@@ -299,7 +301,19 @@ int64_t rb_prepare_update(const int64_t *index, int64_t n, int64_t capacity, con
         high = x > high ? x : high;
         out[i] = x + eps;
     }
-    if (ok) *max_priority = high;
+    *high_out = high;
+    return ok;
+}
+
+/* update_priority's commit after the transform (p + eps) ** alpha: 1 when
+ * every value[i] is finite (no transform overflowed float64); then
+ * *max_priority becomes *high (rb_prepare_update's). 0 otherwise, with
+ * *max_priority unchanged (the caller's full checks report the overflow). */
+int64_t rb_finish_update(const double *value, int64_t n, const double *high, double *max_priority)
+{
+    int64_t ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= (value[i] <= DBL_MAX) & (value[i] >= -DBL_MAX);
+    if (ok) *max_priority = *high;
     return ok;
 }
 

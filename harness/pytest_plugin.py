@@ -41,7 +41,9 @@ three lines::
 The id is a property id (``test_x::test_y``, as ``rbcheck list`` prints it), a
 node id (``rbcheck/conformance/test_x.py::test_y[p]``) or its tail
 (``test_x.py::test_y``, ``test_y``); without ``[...]`` it covers every
-parametrization. ``message`` is a Python regex searched (``re.search``) in
+parametrization, and each is judged on its own: one that passes is XPASS
+even where a sibling still fails (name the failing parametrizations,
+``test_x::test_y[p]``, when only some fail). ``message`` is a Python regex searched (``re.search``) in
 ``"<ExceptionType>: <message>"`` of the failure (every sub-exception of an
 exception group must match). A failure whose message matches is reported as
 ``xfail`` with the reason; a pass is ``XPASS`` (update the file); a failure

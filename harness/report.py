@@ -206,9 +206,10 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
 
 
 def failures(report: dict[str, Any], gate: set[str] | None = None) -> list[str]:
-    """What makes the exit status non-zero: anything failed, XPASS (a known
-    failure of which no test failed any more), not loaded or crashed, in the implementations of ``gate`` (default: the
-    reference and the variants, not third parties)."""
+    """What makes the exit status non-zero: anything failed, XPASS (a test
+    covered by a known failure that passed), not loaded or crashed, in the
+    implementations of ``gate`` (default: the reference and the variants, not
+    third parties)."""
     problems = []
     for name in report["order"]:
         info = report["implementations"][name]
@@ -217,13 +218,12 @@ def failures(report: dict[str, Any], gate: set[str] | None = None) -> list[str]:
         if info["status"] != "ran":
             problems.append(f"{name}: {info['status']} ({info['why']})")
             continue
-        # a known failure of a property still failing in some parametrization
-        # (xfail) is not stale where another one passes (xpass)
-        still_failing = {row["property"] for row in report["rows"] if row["cells"][name]["outcome"] == "xfail"}
+        # every test a known failure covers is judged on its own: one that
+        # passes is XPASS (stale, or the entry should name only the failing
+        # parametrizations), whatever its siblings do
         for row in report["rows"]:
             cell = row["cells"][name]
-            if cell["outcome"] in ("fail", "error") or (
-                    cell["outcome"] == "xpass" and row["property"] not in still_failing):
+            if cell["outcome"] in ("fail", "error", "xpass"):
                 problems.append(f"{name}: {row['id']}: {cell['text']}")
     return problems
 

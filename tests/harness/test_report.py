@@ -12,6 +12,12 @@ from rbcheck.harness import report
 UNAVAILABLE_WHY = "prioritized: RuntimeError: SumSegmentTreeFp32 is not available."
 
 
+def property_of(test: str) -> str:
+    """``test_a.py::test_x[1]`` -> ``test_a::test_x``, as the plugin records it."""
+    file, _, name = test.partition("::")
+    return f"{file.removesuffix('.py')}::{name.split('[', 1)[0]}"
+
+
 def results(name: str, outcomes: dict[str, tuple[str, str]]) -> dict:
     return {
         "schema": 1,
@@ -22,7 +28,8 @@ def results(name: str, outcomes: dict[str, tuple[str, str]]) -> dict:
         "warnings": [],
         "exitstatus": 1,
         "tests": [
-            {"nodeid": f"tests/conformance/{test}", "property": test, "doc": "", "outcome": o, "message": m}
+            {"nodeid": f"tests/conformance/{test}", "property": property_of(test), "doc": "", "outcome": o,
+             "message": m}
             for test, (o, m) in outcomes.items()
         ],
     }
@@ -110,3 +117,16 @@ def test_markdown_cells_escape_pipes_and_stay_on_one_line():
     markdown = report.render_markdown(build(torchrl=outcomes))
     line = next(ln for ln in markdown.splitlines() if ln.startswith("| `test_a.py::test_round_trip`"))
     assert "FAIL (a \\| b c)" in line
+
+
+def test_each_passing_parametrization_of_a_known_failure_is_xpass():
+    """An entry covers every test its id names, each on its own: a sibling
+    parametrization that still fails as declared does not hide one that
+    passes (a stale entry, or one that should name the failing cases only)."""
+    outcomes = {
+        "test_a.py::test_x[1]": ("xfail", "known failure: wraps wrongly"),
+        "test_a.py::test_x[2]": ("xpass", "known failure: wraps wrongly"),
+        "test_a.py::test_y[1]": ("xfail", "known failure: other"),
+    }
+    problems = report.failures(build(reference=outcomes))
+    assert problems == ["reference: test_a.py::test_x[2]: XPASS (known failure: wraps wrongly)"]

@@ -44,8 +44,8 @@ node id (``rbcheck/conformance/test_x.py::test_y[p]``) or its tail
 parametrization, and each is judged on its own: one that passes is XPASS
 even where a sibling still fails (name the failing parametrizations,
 ``test_x::test_y[p]``, when only some fail). ``message`` is a Python regex searched (``re.search``) in
-``"<ExceptionType>: <message>"`` of the failure (every sub-exception of an
-exception group must match). A failure whose message matches is reported as
+``"<ExceptionType>: <message>"`` of the failure, the repro snippet attached
+to it left out (every sub-exception of an exception group must match). A failure whose message matches is reported as
 ``xfail`` with the reason; a pass is ``XPASS`` (update the file); a failure
 with any other message stays a failure, and its message says that a known
 failure hid something new. An id that matches no collected test warns.
@@ -619,13 +619,27 @@ def make_buffer(impl: Adapter):
 HID_SOMETHING_NEW = "a known failure hid something new"
 
 
+#: The head of the repro snippet ``assertions.fail`` appends to a message.
+_REPRO_IN_MESSAGE = re.compile(r"\n?^Repro \(adapter .*\):$", re.MULTILINE)
+
+
+def own_message(exc: BaseException) -> str:
+    """``str(exc)`` without the repro snippet ``assertions.fail`` attaches
+    (``"\\nRepro (adapter ...):\\n    <code>"``): the code that replays a
+    failure names calls and classes, not its cause."""
+    text = str(exc)
+    head = _REPRO_IN_MESSAGE.search(text)
+    return text[: head.start()] if head else text
+
+
 def exception_messages(exc: BaseException) -> list[str]:
     """``"<Type>: <message>"`` of an exception, or of every leaf of an
-    exception group (Hypothesis reports several distinct bugs as a group)."""
+    exception group (Hypothesis reports several distinct bugs as a group);
+    the message without its repro snippet (:func:`own_message`)."""
     subs = getattr(exc, "exceptions", None)  # BaseExceptionGroup (or its 3.10 backport)
     if isinstance(subs, tuple) and subs and all(isinstance(e, BaseException) for e in subs):
         return [m for sub in subs for m in exception_messages(sub)]
-    return [f"{type(exc).__name__}: {exc}"]
+    return [f"{type(exc).__name__}: {own_message(exc)}"]
 
 
 @pytest.hookimpl(hookwrapper=True)

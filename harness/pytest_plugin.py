@@ -63,7 +63,7 @@ import re
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,15 +133,46 @@ class KnownFailureError(ValueError):
 
 @dataclass
 class KnownFailure:
+    """One known failure: the tests ``test_id`` names fail, each with a
+    message ``pattern`` finds, for ``reason``. The one model behind a
+    known-failures file and ``rbcheck.check_buffer``'s ``expected_failures``;
+    build one with :func:`known_failure`. ``where`` says where it was
+    declared (``file:line``, ``expected_failures[i]``)."""
+
     test_id: str
     pattern: re.Pattern
     reason: str
     line: int
     matched: int = 0
+    where: str = ""
 
     def explains(self, messages: list[str]) -> bool:
         """Whether every failure message is this entry's known cause."""
         return bool(messages) and all(self.pattern.search(m) for m in messages)
+
+
+def known_failure(test_id: str, message: str, reason: str, where: str, line: int = 0) -> KnownFailure:
+    """A checked :class:`KnownFailure`. ``message`` must be a regex that
+    names a cause: one that matches an empty message (``""``, ``.*``, ``x?``)
+    would match every failure and is refused, as is an empty ``reason``.
+    Raises :class:`KnownFailureError` naming ``where``."""
+    label = f"known failure id={test_id!r} ({where})"
+    try:
+        pattern = re.compile(message.strip())
+    except re.error as err:
+        raise KnownFailureError(
+            f"{label}: message={message!r} is not a valid regex ({err}), but should be one"
+        ) from err
+    if pattern.search(""):
+        raise KnownFailureError(
+            f"{label}: message={message!r} matches an empty message, so every failure, but should be "
+            f"a regex naming the failure's cause (e.g. '^AssertionError: len\\(buf\\)=')"
+        )
+    if not reason.strip():
+        raise KnownFailureError(
+            f"{label}: reason={reason!r}, but should be a non-empty reason (a link to the issue, say)"
+        )
+    return KnownFailure(test_id, pattern, reason.strip(), line, where=where)
 
 
 def parse_known_failures(path: Path) -> list[KnownFailure]:
@@ -159,15 +190,8 @@ def parse_known_failures(path: Path) -> list[KnownFailure]:
                 f"known failure id={current['id']!r} ({where}) has no 'message:' line, but should "
                 f"name the pattern of its failure message (known failures are keyed by cause)"
             )
-        try:
-            pattern = re.compile(current["message"])
-        except re.error as err:
-            raise KnownFailureError(
-                f"known failure id={current['id']!r} ({where}): message={current['message']!r} is "
-                f"not a valid regex ({err}), but should be one"
-            ) from err
-        entries.append(KnownFailure(current["id"], pattern, current.get("reason") or "no reason given",
-                                    current["line"]))
+        entries.append(known_failure(current["id"], current["message"],
+                                     current.get("reason") or "no reason given", where, current["line"]))
 
     for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
         text = raw.strip()
@@ -263,6 +287,11 @@ class State:
     started: float = 0.0
 
 
+#: Known failures handed to ``rbcheck.check_buffer`` (its ``expected_failures``),
+#: by the ``--impl`` name of its in-process run: used instead of the adapter's
+#: own known-failures file (removed after the run).
+EXPECTED: dict[str, list[KnownFailure]] = {}
+
 _STATE_KEY = pytest.StashKey[State]()
 _KNOWN_KEY = pytest.StashKey[KnownFailure]()
 _current: State | None = None
@@ -344,7 +373,10 @@ def pytest_configure(config: pytest.Config) -> None:
         previous_profile=previous_profile,
         progress=bool(config.getoption("rbcheck_progress", default=False)),
     )
-    if state.known_failures_path is not None:
+    if impl_name in EXPECTED:  # check_buffer's expected_failures, fresh counts for this run
+        state.known_failures_path = None
+        state.known_failures = [replace(entry, matched=0) for entry in EXPECTED[impl_name]]
+    elif state.known_failures_path is not None:
         if not state.known_failures_path.exists():
             raise pytest.UsageError(
                 f"known failures file={str(state.known_failures_path)!r} does not exist, "
@@ -416,7 +448,6 @@ def on_device(adapter: Adapter, device: str) -> Adapter:
     """The adapter with every spec on the default device ("cpu") moved to
     ``device``; a test building one is skipped with the reason when the
     adapter cannot run there. The reference model stays on the CPU."""
-    from dataclasses import replace
 
     def make(spec: BufferSpec):
         if spec.device == "cpu":
@@ -465,6 +496,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append(
             f"rbcheck known failures: {len(state.known_failures)} ids from {state.known_failures_path.name}"
         )
+    elif state.known_failures:
+        lines.append(f"rbcheck known failures: {len(state.known_failures)} ids from expected_failures")
     return lines
 
 
@@ -546,8 +579,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 seed = seed_invariant_of(item.nodeid) if in_suite(item.nodeid) else None
                 if seed:
                     raise pytest.UsageError(
-                        f"known failure id={entry.test_id!r} ({state.known_failures_path}:"
-                        f"{entry.line}) names {suite_relative(item.nodeid)}, a test of seed "
+                        f"known failure id={entry.test_id!r} ({entry.where}) names {suite_relative(item.nodeid)}, a test of seed "
                         f"invariant {seed}, but no entry may hide a seed bug: remove the entry "
                         f"(the failure is reported as FAIL)"
                     )
@@ -566,7 +598,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if not file_part and not any(in_suite(i.nodeid) for i in items):
             continue  # a bare name, and the conformance suite is not being run
         message = (
-            f"known failure id={entry.test_id!r} ({state.known_failures_path}:{entry.line}) "
+            f"known failure id={entry.test_id!r} ({entry.where}) "
             f"matches no collected test, but should name one (fixed, renamed or mistyped?)"
         )
         state.warnings.append(message)

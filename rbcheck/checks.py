@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -146,30 +147,98 @@ def _adapter(adapter: Any):
     )
 
 
-def _expected(expected_failures: Mapping[str, str] | None) -> dict[str, str]:
-    expected = dict(expected_failures or {})
-    known = set(properties())
-    for key, reason in expected.items():
-        if key not in known:
-            node_path(key)  # raises, naming the allowed form
-        if not isinstance(reason, str) or not reason.strip():
-            raise ValueError(f"expected_failures[{key!r}]={reason!r}, but should be a non-empty reason")
-    return expected
+@dataclass(frozen=True)
+class ExpectedFailure:
+    """A conformance test expected to fail, keyed by cause: an entry of a
+    known-failures file as an object (``rbcheck.ExpectedFailure``).
+
+    ``id``: a property id (``rbcheck.properties()``), covering each of its
+    parametrizations, or one parametrization (``<property id>[<params>]``).
+    ``message``: a regex searched in ``"<ExceptionType>: <message>"`` of the
+    failure (its repro snippet left out); one that matches an empty message
+    is refused. ``reason``: why, with a link. A covered test that fails with
+    a matching message is a known failure; with another message it stays a
+    failure; one that passes is XPASS. Errors in a test's setup are never
+    expected, and no entry may name a test of a seed invariant.
+    """
+
+    id: str
+    message: str
+    reason: str
 
 
-def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: Mapping[str, str] | None = None,
+#: What ``expected_failures`` should be, for error messages.
+_EXPECTED_FORM = "a list of rbcheck.ExpectedFailure(id, message, reason)"
+
+
+def _expected(expected_failures: Iterable[ExpectedFailure] | None) -> list | None:
+    """``expected_failures`` as the plugin's known failures (checked, with
+    the known-failures file's rules), or None: the adapter's own file."""
+    from rbcheck.harness.pytest_plugin import known_failure, property_to_file_id, seed_invariant_of
+
+    if expected_failures is None:
+        return None
+    if isinstance(expected_failures, Mapping):
+        raise TypeError(
+            f"expected_failures={dict(expected_failures)!r} (the old {{id: reason}} form), but should be "
+            f"{_EXPECTED_FORM}: each with the pattern of its failure message"
+        )
+    if isinstance(expected_failures, str | bytes) or not isinstance(expected_failures, Iterable):
+        raise TypeError(f"expected_failures={expected_failures!r}, but should be {_EXPECTED_FORM}")
+    entries, seen = [], {}
+    for i, item in enumerate(expected_failures):
+        where = f"expected_failures[{i}]"
+        if not isinstance(item, ExpectedFailure):
+            raise TypeError(f"{where}={item!r}, but should be an rbcheck.ExpectedFailure(id, message, reason)")
+        prop, bracket, params = str(item.id).partition("[")
+        if prop not in properties() or (bracket and (not params.endswith("]") or len(params) < 2)):
+            try:
+                node_path(item.id)  # raises, naming the allowed form
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}; a parametrization is <property id>[<params>]") from None
+        seed = seed_invariant_of(f"rbcheck/conformance/{property_to_file_id(prop)}")
+        if seed:
+            raise ValueError(
+                f"{where}.id={item.id!r} names a test of seed invariant {seed}, but no entry may hide a "
+                f"seed bug: remove it (its failure is reported as FAIL)"
+            )
+        if item.id in seen:
+            raise ValueError(f"{where}.id={item.id!r} repeats expected_failures[{seen[item.id]}], "
+                             f"but should appear once")
+        seen[item.id] = i
+        entries.append(known_failure(property_to_file_id(item.id), item.message, item.reason, where))
+    return entries
+
+
+def _selected(expected: list | None, only: Iterable[str]) -> list | None:
+    """The entries of the properties a run selects (all without ``only``)."""
+    only = list(only)
+    if expected is None or not only:
+        return expected
+    from rbcheck.harness.pytest_plugin import property_to_file_id
+
+    files = {property_to_file_id(p) for p in only}
+    return [e for e in expected if e.test_id.split("[", 1)[0] in files]
+
+
+def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: list | None = None,
                    profile: str = "ci"):
     """Run the suite (or the ``only`` properties) on ``adapter`` with pytest
-    in this process; the ``ImplResult``. Tests of the ``expected`` properties
-    that fail become known failures (``xfail``), passing ones ``XPASS``."""
+    in this process; the ``ImplResult``. ``expected``: known failures
+    (:func:`_expected`) used instead of the adapter's own file: a covered
+    test that fails with a matching message is ``xfail``, one that passes
+    ``xpass``."""
     import pytest
 
-    from rbcheck.harness import adapters
+    from rbcheck.harness import adapters, pytest_plugin
     from rbcheck.harness.report import ImplResult
 
     adapter = _adapter(adapter)
     token = f"rbcheck.check_buffer:{adapter.name}-{id(adapter)}"
     adapters.INJECTED[token] = adapter
+    expected = _selected(expected, only)
+    if expected is not None:
+        pytest_plugin.EXPECTED[token] = expected
     try:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
@@ -184,45 +253,36 @@ def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: Mapping[
             result = ImplResult.from_results(adapter.name, json.loads(results.read_text()))
     finally:
         adapters.INJECTED.pop(token, None)
-    for test in result.tests:  # expected failures: known failure / XPASS, as the report shows them
-        reason = (expected or {}).get(test["property"])
-        if reason is not None and test["outcome"] in ("fail", "error", "pass"):
-            failed = test["outcome"] != "pass"
-            test.update(outcome="xfail" if failed else "xpass",
-                        message=f"known failure: {reason}" + (f" | {test['message']}" if failed else ""))
+        pytest_plugin.EXPECTED.pop(token, None)
     return result
 
 
-def by_property(result) -> dict[str, list[dict[str, Any]]]:
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for test in result.tests:
-        grouped.setdefault(test["property"], []).append(test)
-    return grouped
-
-
-def problems(result, expected: Mapping[str, str], strict: bool) -> list[str]:
-    """Unexpected failures, and (strict) expected failures that passed."""
+def problems(result, strict: bool) -> list[str]:
+    """Unexpected failures, and (strict) each test of an expected failure
+    that passed (XPASS)."""
     out = []
-    for prop, tests in by_property(result).items():
-        for test in tests:
-            if test["outcome"] in ("fail", "error"):
-                out.append(f"{test['nodeid'].rsplit('/', 1)[-1]}: FAIL ({test['message']})")
-        if strict and prop in expected and tests and all(t["outcome"] in ("xpass", "pass") for t in tests):
-            out.append(f"{prop}: expected to fail ({expected[prop]}), but passed (strict): "
-                       f"remove it from expected_failures")
+    for test in result.tests:
+        row = test["nodeid"].rsplit("/", 1)[-1]
+        if test["outcome"] in ("fail", "error"):
+            out.append(f"{row}: FAIL ({test['message']})")
+        elif test["outcome"] == "xpass" and strict:
+            out.append(f"{row}: XPASS ({test['message']}): it passed (strict): remove the entry, or name "
+                       f"only the parametrizations that fail")
     return out
 
 
-def check_buffer(adapter: Any, expected_failures: Mapping[str, str] | None = None, *,
+def check_buffer(adapter: Any, expected_failures: Iterable[ExpectedFailure] | None = None, *,
                  strict: bool = False, only: Iterable[str] = (), profile: str = "ci") -> dict[str, Any]:
     """Run every conformance property on ``adapter`` (an ``Adapter``, a
     factory returning one, a built-in name or ``"pkg.module:factory"``).
 
-    ``expected_failures`` maps property ids (``rbcheck.properties()``) to the
-    reason each is expected to fail. Raises :class:`ConformanceError`, whose
-    message is the report, when a property fails that is not expected to, or
-    (``strict=True``) when an expected failure passes. Returns the report as
-    data (``rbcheck.harness.report.build``) otherwise. ``profile``: the
+    ``expected_failures``: a list of :class:`ExpectedFailure` (id, message
+    pattern, reason), the known-failures file's entries, used instead of the
+    adapter's own file (None: the adapter's own). Raises
+    :class:`ConformanceError`, whose message is the report, when a test fails
+    that is not expected to (or with another message), or (``strict=True``)
+    when a test an expected failure covers passes (XPASS). Returns the report
+    as data (``rbcheck.harness.report.build``) otherwise. ``profile``: the
     Hypothesis profile (``ci``: few examples, derandomized; ``dev``;
     ``thorough``).
     """
@@ -231,7 +291,7 @@ def check_buffer(adapter: Any, expected_failures: Mapping[str, str] | None = Non
     expected = _expected(expected_failures)
     result = run_in_process(adapter, only=only, expected=expected, profile=profile)
     report = build([result])
-    found = problems(result, expected, strict)
+    found = problems(result, strict)
     if found:
         raise ConformanceError(
             f"{len(found)} problem(s) in {result.name} {result.version}:\n  " + "\n  ".join(found)
@@ -242,10 +302,15 @@ def check_buffer(adapter: Any, expected_failures: Mapping[str, str] | None = Non
 
 class Check:
     """One property on one adapter, as a callable test body
-    (:func:`parametrize_with_checks`)."""
+    (:func:`parametrize_with_checks`): raises :class:`ConformanceError` when
+    it fails (or, strict, an expected failure passes), skips when every test
+    was skipped, and marks the test ``xfail`` when its failures were all
+    expected."""
 
-    def __init__(self, adapter: Any, property_id: str, profile: str):
+    def __init__(self, adapter: Any, property_id: str, profile: str, expected: list | None = None,
+                 strict: bool = False):
         self.adapter, self.property_id, self.profile = adapter, property_id, profile
+        self.expected, self.strict = expected, strict
 
     def __repr__(self) -> str:
         return f"Check({self.property_id})"
@@ -253,18 +318,21 @@ class Check:
     def __call__(self) -> None:
         import pytest
 
-        result = run_in_process(self.adapter, only=[self.property_id], profile=self.profile)
+        result = run_in_process(self.adapter, only=[self.property_id], expected=self.expected,
+                                profile=self.profile)
         tests = result.tests
-        failed = [t for t in tests if t["outcome"] in ("fail", "error")]
-        if failed:
-            raise ConformanceError("\n".join(f"{t['nodeid'].rsplit('/', 1)[-1]}: {t['message']}" for t in failed))
+        found = problems(result, self.strict)
+        if found:
+            raise ConformanceError("\n".join(found))
         if tests and all(t["outcome"] in ("skip", "unavailable") for t in tests):
             pytest.skip("; ".join(sorted({t["message"] for t in tests})))
-        if not any(t["outcome"] == "pass" for t in tests):
+        if any(t["outcome"] == "xfail" for t in tests):
+            pytest.xfail("; ".join(sorted({t["message"] for t in tests if t["outcome"] == "xfail"})))
+        if not any(t["outcome"] in ("pass", "xpass") for t in tests):
             raise ConformanceError(f"{self.property_id}: no test ran ({[t['outcome'] for t in tests]})")
 
 
-def parametrize_with_checks(adapter: Any, expected_failures: Mapping[str, str] | None = None, *,
+def parametrize_with_checks(adapter: Any, expected_failures: Iterable[ExpectedFailure] | None = None, *,
                             strict: bool = False, profile: str = "ci"):
     """A ``pytest.mark.parametrize`` of one ``check`` per property, with the
     property id as the test id::
@@ -273,14 +341,15 @@ def parametrize_with_checks(adapter: Any, expected_failures: Mapping[str, str] |
         def test_rbcheck(check):
             check()
 
-    Expected failures are marked ``xfail`` with their reason (``strict=True``:
-    one that passes fails the test). A property that needs a capability the
-    adapter does not declare is skipped with the reason."""
+    ``expected_failures`` as for :func:`check_buffer`: a property whose
+    failing tests all failed as declared is marked ``xfail`` with the reason;
+    a failure with another message, or an error in setup, fails the test
+    (``strict=True``: so does a covered test that passes). A property that
+    needs a capability the adapter does not declare is skipped with the
+    reason."""
     import pytest
 
     expected = _expected(expected_failures)
-    params = []
-    for prop in properties():
-        marks = [pytest.mark.xfail(reason=expected[prop], strict=strict)] if prop in expected else []
-        params.append(pytest.param(Check(adapter, prop, profile), id=prop, marks=marks))
+    params = [pytest.param(Check(adapter, prop, profile, _selected(expected, [prop]), strict), id=prop)
+              for prop in properties()]
     return pytest.mark.parametrize("check", params)

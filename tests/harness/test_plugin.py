@@ -119,7 +119,7 @@ def fake_run(tmp_path_factory):
         "    reason: a pattern that only the repro snippet matches\n"
         "\n"
         "tests/conformance/test_fake.py::test_renamed_long_ago\n"
-        "    message: .*\n"
+        "    message: anything\n"
         "    reason: stale entry\n"
     )
     results = tmp / "results.json"
@@ -233,6 +233,17 @@ def test_bad_known_failures_file_is_a_usage_error(tmp_path, text, expected):
                       f"--rbcheck-known-failures={known}")
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert expected in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("message", ["", "   ", ".*", "x?|y", "^"])
+def test_a_pattern_that_matches_every_failure_is_refused(tmp_path, message):
+    from rbcheck.harness.pytest_plugin import KnownFailureError, parse_known_failures
+
+    known = tmp_path / "known.txt"
+    known.write_text(f"test_fake.py::test_known_bad\n    message:{message}\n    reason: r\n")
+    with pytest.raises(KnownFailureError, match=r"known failure id='test_fake.py::test_known_bad' \(.*known.txt:1\): "
+                       r"message='.*' matches an empty message, so every failure, but should be a regex"):
+        parse_known_failures(known)
 
 
 def test_no_entry_may_hide_a_seed_bug(tmp_path):

@@ -13,7 +13,9 @@ Options (each with an environment variable):
   with the default ``device="cpu"`` is moved there (``cuda`` needs the
   ``cuda`` capability and is skipped as unavailable without a GPU).
 * ``--rbcheck-results PATH``: write every test outcome as JSON (read by
-  ``python -m rbcheck.harness.report``).
+  ``python -m rbcheck.harness.report``), with pytest's exit status and the
+  errors outside the tests (a usage error the plugin raised, a collection
+  error, an internal error, an interrupt) that ``harness.verdict`` judges.
 * ``--rbcheck-known-failures PATH``: a known-failures file to use instead of
   the adapter's own (``harness/known_failures/<name>.txt``).
 * ``--rbcheck-progress``: one line to stderr per property as it finishes.
@@ -283,6 +285,7 @@ class State:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     hid_new: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # outside the tests: usage, collection, internal, interrupt
     shrink_seconds: float | None = None
     started: float = 0.0
 
@@ -560,6 +563,13 @@ def _on_disk(root: Path, file_part: str) -> bool:
     return (root / file_part).exists() or any(root.glob(f"tests/**/{file_part}"))
 
 
+def _usage_error(state: State, message: str) -> pytest.UsageError:
+    """A usage error to raise during collection, recorded in the results
+    (``errors``) so that every reader of them can say why the run stopped."""
+    state.errors.append(f"usage error: {message}")
+    return pytest.UsageError(message)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection: ids of deselected tests still match
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     state = _state(config)
@@ -568,7 +578,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             try:
                 reason = capability_skip_reason(state.adapter, tuple(mark.args))
             except ValueError as err:
-                raise pytest.UsageError(f"{item.nodeid}: {err}") from err
+                raise _usage_error(state, f"{item.nodeid}: {err}") from err
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
                 break
@@ -578,10 +588,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             if id_matches(entry.test_id, item.nodeid):
                 seed = seed_invariant_of(item.nodeid) if in_suite(item.nodeid) else None
                 if seed:
-                    raise pytest.UsageError(
-                        f"known failure id={entry.test_id!r} ({entry.where}) names {suite_relative(item.nodeid)}, a test of seed "
-                        f"invariant {seed}, but no entry may hide a seed bug: remove the entry "
-                        f"(the failure is reported as FAIL)"
+                    raise _usage_error(
+                        state,
+                        f"known failure id={entry.test_id!r} ({entry.where}) names "
+                        f"{suite_relative(item.nodeid)}, a test of seed invariant {seed}, but no entry "
+                        f"may hide a seed bug: remove the entry (the failure is reported as FAIL)",
                     )
                 entry.matched += 1
                 item.stash[_KNOWN_KEY] = entry
@@ -904,6 +915,33 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         record["seconds"] = round(record.get("seconds", 0.0) + float(report.duration), 3)
 
 
+# --------------------------------------------------------------------------
+# Errors outside the tests: recorded, so a run that stopped says why
+# --------------------------------------------------------------------------
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in _plain_lines(text) if line.strip()]
+    return one_line(lines[-1] if lines else text, 300)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if _current is not None and report.failed:
+        _current.errors.append(f"collection error in {report.nodeid or '.'}: {_last_line(report.longreprtext)}")
+
+
+def pytest_internalerror(excrepr, excinfo) -> None:
+    if _current is not None:
+        what = f"{excinfo.typename}: {excinfo.value}" if excinfo is not None else _last_line(str(excrepr))
+        _current.errors.append(f"internal error: {one_line(what, 300)}")
+
+
+def pytest_keyboard_interrupt(excinfo) -> None:
+    if _current is not None:
+        message = str(excinfo.value).strip()
+        _current.errors.append(f"interrupted: {excinfo.typename}" + (f": {one_line(message, 300)}" if message else ""))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(_STATE_KEY, None)
     if state is None or state.results_path is None:
@@ -922,6 +960,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "warnings": state.warnings,
         "known_failures_hid_new": state.hid_new,
         "exitstatus": int(exitstatus),
+        "errors": state.errors,
         "shrink_seconds": state.shrink_seconds,
         "seconds": round(time.monotonic() - state.started, 1) if state.started else None,
         "tests": list(state.records.values()),

@@ -38,7 +38,8 @@ from rbcheck.plugin import pytest_addoption, pytest_configure  # noqa: F401
 
 __version__ = "0.1.0"
 
-_LAZY = {"check_buffer", "parametrize_with_checks", "properties", "ConformanceError", "ExpectedFailure"}
+_LAZY = {"check_buffer", "parametrize_with_checks", "properties", "ConformanceError", "ExpectedFailure",
+         "RunAbortedError"}
 __all__ = sorted(_LAZY) + ["__version__"]
 
 

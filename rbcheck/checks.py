@@ -38,6 +38,13 @@ class ConformanceError(AssertionError):
     the report."""
 
 
+class RunAbortedError(ConformanceError):
+    """The conformance run did not complete (a pytest usage, collection or
+    internal error, an interrupt, a test not run, a crash), so it has no
+    verdict; the message names the cause (``rbcheck.harness.verdict``). A
+    :class:`ConformanceError`, so one ``except`` catches both."""
+
+
 def properties() -> list[str]:
     """Every property id of the suite, in file order (no import needed)."""
     ids = []
@@ -116,11 +123,21 @@ def run_subprocess(name: str, *, profile: str, workdir: Path, only: Iterable[str
         proc.wait()
         out.seek(0)
         output = out.read()
+    kept = pytest_output("".join(errors), output)
     if not results.exists():
         tail = " ".join((output + "".join(errors)).strip().splitlines()[-3:])
         return ImplResult(name=name, status="crashed", why=f"pytest exit {proc.returncode}: {tail}",
-                          exitstatus=proc.returncode)
-    return ImplResult.from_results(name, json.loads(results.read_text()))
+                          exitstatus=proc.returncode, output=kept)
+    result = ImplResult.from_results(name, json.loads(results.read_text()))
+    result.output = kept
+    return result
+
+
+def pytest_output(stderr: str, stdout: str, lines: int = 40) -> str:
+    """What pytest said, for a run that did not complete: all of its stderr
+    (a usage error is there) and the last ``lines`` lines of its stdout."""
+    tail = stdout.strip().splitlines()[-lines:]
+    return "\n".join([*stderr.strip().splitlines(), *tail]).strip()
 
 
 # --------------------------------------------------------------------------
@@ -224,10 +241,14 @@ def _selected(expected: list | None, only: Iterable[str]) -> list | None:
 def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: list | None = None,
                    profile: str = "ci"):
     """Run the suite (or the ``only`` properties) on ``adapter`` with pytest
-    in this process; the ``ImplResult``. ``expected``: known failures
-    (:func:`_expected`) used instead of the adapter's own file: a covered
-    test that fails with a matching message is ``xfail``, one that passes
-    ``xpass``."""
+    in this process; the ``ImplResult`` (``status="crashed"`` when pytest
+    stopped before writing results, with what it printed). ``expected``:
+    known failures (:func:`_expected`) used instead of the adapter's own
+    file: a covered test that fails with a matching message is ``xfail``,
+    one that passes ``xpass``."""
+    import contextlib
+    import io
+
     import pytest
 
     from rbcheck.harness import adapters, pytest_plugin
@@ -246,69 +267,73 @@ def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: list | N
             args = [*([node_path(p) for p in only] or [str(SUITE)]), "-p", "no:terminal",
                     *isolation_args(workdir), f"--impl={token}", f"--rbcheck-profile={profile}",
                     f"--rbcheck-results={results}"]
-            code = pytest.main(args)
+            said = io.StringIO()  # pytest writes a usage error to stderr
+            with contextlib.redirect_stderr(said):
+                code = int(pytest.main(args))
+            output = pytest_output(said.getvalue(), "")
             if not results.exists():
-                raise RuntimeError(f"the conformance run on {adapter.name!r} stopped with pytest exit "
-                                   f"code {int(code)}, but should have written its results")
+                tail = " ".join(output.splitlines()[-3:])
+                return ImplResult(name=adapter.name, status="crashed", why=f"pytest exit {code}: {tail}",
+                                  exitstatus=code, output=output)
             result = ImplResult.from_results(adapter.name, json.loads(results.read_text()))
+            result.output = output
     finally:
         adapters.INJECTED.pop(token, None)
         pytest_plugin.EXPECTED.pop(token, None)
     return result
 
 
-def problems(result, strict: bool) -> list[str]:
-    """Unexpected failures, and (strict) each test of an expected failure
-    that passed (XPASS)."""
-    out = []
-    for test in result.tests:
-        row = test["nodeid"].rsplit("/", 1)[-1]
-        if test["outcome"] in ("fail", "error"):
-            out.append(f"{row}: FAIL ({test['message']})")
-        elif test["outcome"] == "xpass" and strict:
-            out.append(f"{row}: XPASS ({test['message']}): it passed (strict): remove the entry, or name "
-                       f"only the parametrizations that fail")
-    return out
+def _judged(result, strict: bool) -> None:
+    """Raise as the verdict (``rbcheck.harness.verdict``) says: 2 ->
+    :class:`RunAbortedError`, 1 -> :class:`ConformanceError`."""
+    from rbcheck.harness.report import build, render_text
+    from rbcheck.harness.verdict import ABORTED, PASSED, judge
+
+    verdict = judge(result, strict=strict)
+    if verdict.code == PASSED:
+        return
+    reasons = "\n  ".join(verdict.reasons)
+    if verdict.code == ABORTED:
+        said = f"\n\npytest's output:\n{result.output}" if result.output else ""
+        raise RunAbortedError(f"the conformance run on {result.name} did not complete, so it has no verdict:"
+                              f"\n  {reasons}{said}")
+    raise ConformanceError(f"{len(verdict.reasons)} problem(s) in {result.name} {result.version}:\n  {reasons}"
+                           f"\n\n{render_text(build([result]))}")
 
 
 def check_buffer(adapter: Any, expected_failures: Iterable[ExpectedFailure] | None = None, *,
-                 strict: bool = False, only: Iterable[str] = (), profile: str = "ci") -> dict[str, Any]:
+                 strict: bool = True, only: Iterable[str] = (), profile: str = "ci") -> dict[str, Any]:
     """Run every conformance property on ``adapter`` (an ``Adapter``, a
     factory returning one, a built-in name or ``"pkg.module:factory"``).
 
     ``expected_failures``: a list of :class:`ExpectedFailure` (id, message
     pattern, reason), the known-failures file's entries, used instead of the
-    adapter's own file (None: the adapter's own). Raises
+    adapter's own file (None: the adapter's own). The verdict is
+    ``rbcheck validate``'s (``rbcheck.harness.verdict``): raises
     :class:`ConformanceError`, whose message is the report, when a test fails
-    that is not expected to (or with another message), or (``strict=True``)
-    when a test an expected failure covers passes (XPASS). Returns the report
-    as data (``rbcheck.harness.report.build``) otherwise. ``profile``: the
-    Hypothesis profile (``ci``: few examples, derandomized; ``dev``;
-    ``thorough``).
+    that is not expected to (or with another message), or when a test an
+    expected failure covers passes (XPASS; ``strict=False`` lets it pass);
+    raises :class:`RunAbortedError`, naming the cause, when the run did not
+    complete. Returns the report as data (``rbcheck.harness.report.build``)
+    otherwise. ``profile``: the Hypothesis profile (``ci``: few examples,
+    derandomized; ``dev``; ``thorough``).
     """
-    from rbcheck.harness.report import build, render_text
+    from rbcheck.harness.report import build
 
     expected = _expected(expected_failures)
     result = run_in_process(adapter, only=only, expected=expected, profile=profile)
-    report = build([result])
-    found = problems(result, strict)
-    if found:
-        raise ConformanceError(
-            f"{len(found)} problem(s) in {result.name} {result.version}:\n  " + "\n  ".join(found)
-            + "\n\n" + render_text(report)
-        )
-    return report
+    _judged(result, strict)
+    return build([result])
 
 
 class Check:
     """One property on one adapter, as a callable test body
-    (:func:`parametrize_with_checks`): raises :class:`ConformanceError` when
-    it fails (or, strict, an expected failure passes), skips when every test
-    was skipped, and marks the test ``xfail`` when its failures were all
-    expected."""
+    (:func:`parametrize_with_checks`): raises as :func:`check_buffer` does
+    (the same verdict), skips when every test was skipped, and marks the
+    test ``xfail`` when its failures were all expected."""
 
     def __init__(self, adapter: Any, property_id: str, profile: str, expected: list | None = None,
-                 strict: bool = False):
+                 strict: bool = True):
         self.adapter, self.property_id, self.profile = adapter, property_id, profile
         self.expected, self.strict = expected, strict
 
@@ -321,9 +346,7 @@ class Check:
         result = run_in_process(self.adapter, only=[self.property_id], expected=self.expected,
                                 profile=self.profile)
         tests = result.tests
-        found = problems(result, self.strict)
-        if found:
-            raise ConformanceError("\n".join(found))
+        _judged(result, self.strict)
         if tests and all(t["outcome"] in ("skip", "unavailable") for t in tests):
             pytest.skip("; ".join(sorted({t["message"] for t in tests})))
         if any(t["outcome"] == "xfail" for t in tests):
@@ -333,7 +356,7 @@ class Check:
 
 
 def parametrize_with_checks(adapter: Any, expected_failures: Iterable[ExpectedFailure] | None = None, *,
-                            strict: bool = False, profile: str = "ci"):
+                            strict: bool = True, profile: str = "ci"):
     """A ``pytest.mark.parametrize`` of one ``check`` per property, with the
     property id as the test id::
 
@@ -343,8 +366,9 @@ def parametrize_with_checks(adapter: Any, expected_failures: Iterable[ExpectedFa
 
     ``expected_failures`` as for :func:`check_buffer`: a property whose
     failing tests all failed as declared is marked ``xfail`` with the reason;
-    a failure with another message, or an error in setup, fails the test
-    (``strict=True``: so does a covered test that passes). A property that
+    a failure with another message, an error in setup, or a covered test
+    that passes (XPASS, unless ``strict=False``) fails the test, and a run
+    that did not complete raises :class:`RunAbortedError`. A property that
     needs a capability the adapter does not declare is skipped with the
     reason."""
     import pytest

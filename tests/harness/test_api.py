@@ -128,3 +128,42 @@ def test_parametrize_with_checks_gives_one_test_per_property():
     (check,) = [p.values[0] for p in broken.args[1] if p.id == UNIFORM]
     with pytest.raises(pytest.xfail.Exception, match="skips the last slot"):
         check()  # each failing parametrization failed as declared, the rest passed
+
+
+def with_own_known_failures(tmp_path, text):
+    from dataclasses import replace
+
+    from rbcheck.harness.adapters import load_adapter
+
+    known = tmp_path / "own.txt"
+    known.write_text(text)
+    return replace(load_adapter("example"), known_failures=known)
+
+
+def test_a_run_that_did_not_complete_raises_and_says_why(tmp_path):
+    """The adapter's own known-failures file names a seed invariant: pytest
+    stops with a usage error, and check_buffer says so instead of passing."""
+    adapter = with_own_known_failures(tmp_path, f"{SEED}\n    message: twice\n    reason: upstream knows\n")
+    with pytest.raises(rbcheck.RunAbortedError, match="did not complete") as caught:
+        rbcheck.check_buffer(adapter, only=[SEED])
+    message = str(caught.value)
+    assert "pytest exit status 4 (usage error)" in message, message
+    assert "no entry may hide a seed bug" in message, message
+    assert isinstance(caught.value, rbcheck.ConformanceError)  # one except clause catches both
+    (check,) = [p.values[0] for p in rbcheck.parametrize_with_checks(adapter).args[1] if p.id == SEED]
+    with pytest.raises(rbcheck.RunAbortedError, match="no entry may hide a seed bug"):
+        check()
+
+
+def test_an_interrupted_run_raises_naming_the_tests_not_run():
+    from dataclasses import replace
+
+    from rbcheck.harness.adapters import load_adapter
+
+    def interrupted(spec):
+        raise KeyboardInterrupt
+
+    adapter = replace(load_adapter("example"), make=interrupted)
+    with pytest.raises(rbcheck.RunAbortedError, match=r"pytest exit status 2 \(interrupted") as caught:
+        rbcheck.check_buffer(adapter, only=[UNIFORM])
+    assert "test(s) not run" in str(caught.value)

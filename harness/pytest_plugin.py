@@ -13,7 +13,9 @@ Options (each with an environment variable):
   with the default ``device="cpu"`` is moved there (``cuda`` needs the
   ``cuda`` capability and is skipped as unavailable without a GPU).
 * ``--rbcheck-results PATH``: write every test outcome as JSON (read by
-  ``python -m rbcheck.harness.report``).
+  ``python -m rbcheck.harness.report``), with pytest's exit status and the
+  errors outside the tests (a usage error the plugin raised, a collection
+  error, an internal error, an interrupt) that ``harness.verdict`` judges.
 * ``--rbcheck-known-failures PATH``: a known-failures file to use instead of
   the adapter's own (``harness/known_failures/<name>.txt``).
 * ``--rbcheck-progress``: one line to stderr per property as it finishes.
@@ -41,9 +43,11 @@ three lines::
 The id is a property id (``test_x::test_y``, as ``rbcheck list`` prints it), a
 node id (``rbcheck/conformance/test_x.py::test_y[p]``) or its tail
 (``test_x.py::test_y``, ``test_y``); without ``[...]`` it covers every
-parametrization. ``message`` is a Python regex searched (``re.search``) in
-``"<ExceptionType>: <message>"`` of the failure (every sub-exception of an
-exception group must match). A failure whose message matches is reported as
+parametrization, and each is judged on its own: one that passes is XPASS
+even where a sibling still fails (name the failing parametrizations,
+``test_x::test_y[p]``, when only some fail). ``message`` is a Python regex searched (``re.search``) in
+``"<ExceptionType>: <message>"`` of the failure, the repro snippet attached
+to it left out (every sub-exception of an exception group must match). A failure whose message matches is reported as
 ``xfail`` with the reason; a pass is ``XPASS`` (update the file); a failure
 with any other message stays a failure, and its message says that a known
 failure hid something new. An id that matches no collected test warns.
@@ -61,7 +65,7 @@ import re
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -131,15 +135,46 @@ class KnownFailureError(ValueError):
 
 @dataclass
 class KnownFailure:
+    """One known failure: the tests ``test_id`` names fail, each with a
+    message ``pattern`` finds, for ``reason``. The one model behind a
+    known-failures file and ``rbcheck.check_buffer``'s ``expected_failures``;
+    build one with :func:`known_failure`. ``where`` says where it was
+    declared (``file:line``, ``expected_failures[i]``)."""
+
     test_id: str
     pattern: re.Pattern
     reason: str
     line: int
     matched: int = 0
+    where: str = ""
 
     def explains(self, messages: list[str]) -> bool:
         """Whether every failure message is this entry's known cause."""
         return bool(messages) and all(self.pattern.search(m) for m in messages)
+
+
+def known_failure(test_id: str, message: str, reason: str, where: str, line: int = 0) -> KnownFailure:
+    """A checked :class:`KnownFailure`. ``message`` must be a regex that
+    names a cause: one that matches an empty message (``""``, ``.*``, ``x?``)
+    would match every failure and is refused, as is an empty ``reason``.
+    Raises :class:`KnownFailureError` naming ``where``."""
+    label = f"known failure id={test_id!r} ({where})"
+    try:
+        pattern = re.compile(message.strip())
+    except re.error as err:
+        raise KnownFailureError(
+            f"{label}: message={message!r} is not a valid regex ({err}), but should be one"
+        ) from err
+    if pattern.search(""):
+        raise KnownFailureError(
+            f"{label}: message={message!r} matches an empty message, so every failure, but should be "
+            f"a regex naming the failure's cause (e.g. '^AssertionError: len\\(buf\\)=')"
+        )
+    if not reason.strip():
+        raise KnownFailureError(
+            f"{label}: reason={reason!r}, but should be a non-empty reason (a link to the issue, say)"
+        )
+    return KnownFailure(test_id, pattern, reason.strip(), line, where=where)
 
 
 def parse_known_failures(path: Path) -> list[KnownFailure]:
@@ -157,15 +192,8 @@ def parse_known_failures(path: Path) -> list[KnownFailure]:
                 f"known failure id={current['id']!r} ({where}) has no 'message:' line, but should "
                 f"name the pattern of its failure message (known failures are keyed by cause)"
             )
-        try:
-            pattern = re.compile(current["message"])
-        except re.error as err:
-            raise KnownFailureError(
-                f"known failure id={current['id']!r} ({where}): message={current['message']!r} is "
-                f"not a valid regex ({err}), but should be one"
-            ) from err
-        entries.append(KnownFailure(current["id"], pattern, current.get("reason") or "no reason given",
-                                    current["line"]))
+        entries.append(known_failure(current["id"], current["message"],
+                                     current.get("reason") or "no reason given", where, current["line"]))
 
     for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
         text = raw.strip()
@@ -257,9 +285,15 @@ class State:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     hid_new: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # outside the tests: usage, collection, internal, interrupt
     shrink_seconds: float | None = None
     started: float = 0.0
 
+
+#: Known failures handed to ``rbcheck.check_buffer`` (its ``expected_failures``),
+#: by the ``--impl`` name of its in-process run: used instead of the adapter's
+#: own known-failures file (removed after the run).
+EXPECTED: dict[str, list[KnownFailure]] = {}
 
 _STATE_KEY = pytest.StashKey[State]()
 _KNOWN_KEY = pytest.StashKey[KnownFailure]()
@@ -342,7 +376,10 @@ def pytest_configure(config: pytest.Config) -> None:
         previous_profile=previous_profile,
         progress=bool(config.getoption("rbcheck_progress", default=False)),
     )
-    if state.known_failures_path is not None:
+    if impl_name in EXPECTED:  # check_buffer's expected_failures, fresh counts for this run
+        state.known_failures_path = None
+        state.known_failures = [replace(entry, matched=0) for entry in EXPECTED[impl_name]]
+    elif state.known_failures_path is not None:
         if not state.known_failures_path.exists():
             raise pytest.UsageError(
                 f"known failures file={str(state.known_failures_path)!r} does not exist, "
@@ -414,7 +451,6 @@ def on_device(adapter: Adapter, device: str) -> Adapter:
     """The adapter with every spec on the default device ("cpu") moved to
     ``device``; a test building one is skipped with the reason when the
     adapter cannot run there. The reference model stays on the CPU."""
-    from dataclasses import replace
 
     def make(spec: BufferSpec):
         if spec.device == "cpu":
@@ -463,6 +499,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append(
             f"rbcheck known failures: {len(state.known_failures)} ids from {state.known_failures_path.name}"
         )
+    elif state.known_failures:
+        lines.append(f"rbcheck known failures: {len(state.known_failures)} ids from expected_failures")
     return lines
 
 
@@ -525,6 +563,13 @@ def _on_disk(root: Path, file_part: str) -> bool:
     return (root / file_part).exists() or any(root.glob(f"tests/**/{file_part}"))
 
 
+def _usage_error(state: State, message: str) -> pytest.UsageError:
+    """A usage error to raise during collection, recorded in the results
+    (``errors``) so that every reader of them can say why the run stopped."""
+    state.errors.append(f"usage error: {message}")
+    return pytest.UsageError(message)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection: ids of deselected tests still match
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     state = _state(config)
@@ -533,7 +578,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             try:
                 reason = capability_skip_reason(state.adapter, tuple(mark.args))
             except ValueError as err:
-                raise pytest.UsageError(f"{item.nodeid}: {err}") from err
+                raise _usage_error(state, f"{item.nodeid}: {err}") from err
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
                 break
@@ -543,11 +588,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             if id_matches(entry.test_id, item.nodeid):
                 seed = seed_invariant_of(item.nodeid) if in_suite(item.nodeid) else None
                 if seed:
-                    raise pytest.UsageError(
-                        f"known failure id={entry.test_id!r} ({state.known_failures_path}:"
-                        f"{entry.line}) names {suite_relative(item.nodeid)}, a test of seed "
-                        f"invariant {seed}, but no entry may hide a seed bug: remove the entry "
-                        f"(the failure is reported as FAIL)"
+                    raise _usage_error(
+                        state,
+                        f"known failure id={entry.test_id!r} ({entry.where}) names "
+                        f"{suite_relative(item.nodeid)}, a test of seed invariant {seed}, but no entry "
+                        f"may hide a seed bug: remove the entry (the failure is reported as FAIL)",
                     )
                 entry.matched += 1
                 item.stash[_KNOWN_KEY] = entry
@@ -564,7 +609,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if not file_part and not any(in_suite(i.nodeid) for i in items):
             continue  # a bare name, and the conformance suite is not being run
         message = (
-            f"known failure id={entry.test_id!r} ({state.known_failures_path}:{entry.line}) "
+            f"known failure id={entry.test_id!r} ({entry.where}) "
             f"matches no collected test, but should name one (fixed, renamed or mistyped?)"
         )
         state.warnings.append(message)
@@ -617,13 +662,27 @@ def make_buffer(impl: Adapter):
 HID_SOMETHING_NEW = "a known failure hid something new"
 
 
+#: The head of the repro snippet ``assertions.fail`` appends to a message.
+_REPRO_IN_MESSAGE = re.compile(r"\n?^Repro \(adapter .*\):$", re.MULTILINE)
+
+
+def own_message(exc: BaseException) -> str:
+    """``str(exc)`` without the repro snippet ``assertions.fail`` attaches
+    (``"\\nRepro (adapter ...):\\n    <code>"``): the code that replays a
+    failure names calls and classes, not its cause."""
+    text = str(exc)
+    head = _REPRO_IN_MESSAGE.search(text)
+    return text[: head.start()] if head else text
+
+
 def exception_messages(exc: BaseException) -> list[str]:
     """``"<Type>: <message>"`` of an exception, or of every leaf of an
-    exception group (Hypothesis reports several distinct bugs as a group)."""
+    exception group (Hypothesis reports several distinct bugs as a group);
+    the message without its repro snippet (:func:`own_message`)."""
     subs = getattr(exc, "exceptions", None)  # BaseExceptionGroup (or its 3.10 backport)
     if isinstance(subs, tuple) and subs and all(isinstance(e, BaseException) for e in subs):
         return [m for sub in subs for m in exception_messages(sub)]
-    return [f"{type(exc).__name__}: {exc}"]
+    return [f"{type(exc).__name__}: {own_message(exc)}"]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -856,6 +915,33 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         record["seconds"] = round(record.get("seconds", 0.0) + float(report.duration), 3)
 
 
+# --------------------------------------------------------------------------
+# Errors outside the tests: recorded, so a run that stopped says why
+# --------------------------------------------------------------------------
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in _plain_lines(text) if line.strip()]
+    return one_line(lines[-1] if lines else text, 300)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if _current is not None and report.failed:
+        _current.errors.append(f"collection error in {report.nodeid or '.'}: {_last_line(report.longreprtext)}")
+
+
+def pytest_internalerror(excrepr, excinfo) -> None:
+    if _current is not None:
+        what = f"{excinfo.typename}: {excinfo.value}" if excinfo is not None else _last_line(str(excrepr))
+        _current.errors.append(f"internal error: {one_line(what, 300)}")
+
+
+def pytest_keyboard_interrupt(excinfo) -> None:
+    if _current is not None:
+        message = str(excinfo.value).strip()
+        _current.errors.append(f"interrupted: {excinfo.typename}" + (f": {one_line(message, 300)}" if message else ""))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(_STATE_KEY, None)
     if state is None or state.results_path is None:
@@ -874,6 +960,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "warnings": state.warnings,
         "known_failures_hid_new": state.hid_new,
         "exitstatus": int(exitstatus),
+        "errors": state.errors,
         "shrink_seconds": state.shrink_seconds,
         "seconds": round(time.monotonic() - state.started, 1) if state.started else None,
         "tests": list(state.records.values()),

@@ -21,10 +21,16 @@ A cell of a property checked under a declared convention that differs from
 the spec reads ``pass [convention: name=value; ...]`` (or ``FAIL [...] (...)``); each implementation's
 declared conventions (with their notes) are listed under "Implementations".
 
-Exit status: 1 when the reference or a variant fails anything, does not load,
-or crashes; third parties (``torchrl``, ``pkg.module:factory``) failing is
-reported, not an error. ``--from-results NAME=PATH`` builds the report from
-existing results files instead of running pytest.
+Exit status: the verdict rule of ``rbcheck validate``
+(``rbcheck.harness.verdict``), the same for the same results: 0 when every
+implementation passed everything it ran, apart from declared known failures;
+1 when one failed or passed a known failure (XPASS); 2 when a run did not
+complete (a pytest usage, collection or internal error, an interrupt, a test
+not run, a crash) or an adapter did not load. ``--third-party-informational``
+reports the built-in third-party adapters' failures (``torchrl``, ...)
+without letting them set the exit status, as ``rbcheck validate`` does.
+``--from-results NAME=PATH`` builds the report from existing results files
+instead of running pytest.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rbcheck.harness.adapters import builtin_names, load_adapter
+from rbcheck.harness.adapters import builtin_names
 from rbcheck.harness.pytest_plugin import suite_relative
 
 THIRD_PARTY = frozenset({"torchrl", "torchrl-ray", "cpprb", "cpprb-per", "tianshou", "tianshou-per", "sb3"})
@@ -65,6 +71,8 @@ class ImplResult:
     tests: list[dict[str, Any]] = field(default_factory=list)
     seconds: float | None = None  # the run's wall time
     shrink_seconds: float | None = None  # shrinking budget per failing property (None: Hypothesis')
+    errors: list[str] = field(default_factory=list)  # errors outside the tests (usage, collection, ...)
+    output: str = ""  # pytest's own output (stderr, then stdout's tail), shown when the run did not complete
 
     @classmethod
     def from_results(cls, name: str, payload: dict[str, Any]) -> ImplResult:
@@ -80,6 +88,7 @@ class ImplResult:
             tests=list(payload.get("tests", [])),
             seconds=payload.get("seconds"),
             shrink_seconds=payload.get("shrink_seconds"),
+            errors=list(payload.get("errors", [])),
         )
 
 
@@ -192,6 +201,7 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
             "conventions": result.conventions,
             "under_convention": under,
             "exitstatus": result.exitstatus,
+            "errors": result.errors,
             "seconds": result.seconds,
             "shrink_seconds": result.shrink_seconds,
             "warnings": result.warnings,
@@ -203,29 +213,6 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
         "order": [r.name for r in results],
         "rows": list(rows.values()),
     }
-
-
-def failures(report: dict[str, Any], gate: set[str] | None = None) -> list[str]:
-    """What makes the exit status non-zero: anything failed, XPASS (a known
-    failure of which no test failed any more), not loaded or crashed, in the implementations of ``gate`` (default: the
-    reference and the variants, not third parties)."""
-    problems = []
-    for name in report["order"]:
-        info = report["implementations"][name]
-        if (name not in gate) if gate is not None else info["third_party"]:
-            continue
-        if info["status"] != "ran":
-            problems.append(f"{name}: {info['status']} ({info['why']})")
-            continue
-        # a known failure of a property still failing in some parametrization
-        # (xfail) is not stale where another one passes (xpass)
-        still_failing = {row["property"] for row in report["rows"] if row["cells"][name]["outcome"] == "xfail"}
-        for row in report["rows"]:
-            cell = row["cells"][name]
-            if cell["outcome"] in ("fail", "error") or (
-                    cell["outcome"] == "xpass" and row["property"] not in still_failing):
-                problems.append(f"{name}: {row['id']}: {cell['text']}")
-    return problems
 
 
 def _clip(text: str, width: int) -> str:
@@ -244,6 +231,18 @@ def run_time_text(info: dict[str, Any]) -> str:
     budget = info.get("shrink_seconds")
     bound = "unbounded (minimal counterexamples)" if budget is None else f"at most {budget:g} s per failing property"
     return f"{info['seconds']:.1f} s (shrinking: {bound})"
+
+
+def incomplete_text(info: dict[str, Any]) -> str:
+    """``"the run did not complete: pytest exit status 4 (usage error): <error>"``
+    for a run that stopped early, else ``""`` (the verdict: ``harness.verdict``)."""
+    from rbcheck.harness.verdict import PYTEST_EXIT
+
+    status = info.get("exitstatus")
+    if status in (0, 1, None) and not info.get("errors"):
+        return ""
+    said = f"pytest exit status {status} ({PYTEST_EXIT.get(status, 'unknown')})" if status not in (0, 1) else ""
+    return "the run did not complete: " + "; ".join([s for s in (said, *info.get("errors", [])) if s])
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -284,6 +283,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         if info["status"] != "ran":
             lines.append(f"- {info['status']}: {info['why']}")
         else:
+            if incomplete_text(info):
+                lines.append(f"- {_md_escape(incomplete_text(info))}")
             lines.append(f"- version: {info['version']}")
             lines.append(f"- capabilities: {', '.join(info['capabilities']) or '(none)'}")
             for cap, why in sorted(info["unavailable"].items()):
@@ -330,6 +331,8 @@ def render_text(report: dict[str, Any]) -> str:
         else:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
             lines.append(f"{name} {info['version']}: {counts} ({run_time_text(info)})")
+            if incomplete_text(info):
+                lines.append(f"  {incomplete_text(info)}")
             if info.get("robustness"):
                 lines.append(f"  {robustness_text(info['robustness'])}")
             for cap, why in sorted(info["unavailable"].items()):
@@ -339,18 +342,45 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_one(name: str, profile: str, extra: list[str], workdir: Path) -> ImplResult:
+def run_one(name: str, profile: str, extra: list[str], workdir: Path, *, only: tuple[str, ...] | list[str] = (),
+            known_failures: Path | None = None, progress: bool = False) -> ImplResult:
     """Load ``name``'s adapter (to report why it cannot load), then run the
-    suite against it in an isolated subprocess (``rbcheck.checks``)."""
+    suite against it in an isolated subprocess (``rbcheck.checks``), with the
+    working directory on the path; what ``rbcheck validate`` runs too."""
     from rbcheck.checks import run_subprocess
+    from rbcheck.harness import adapters
 
     try:
-        load_adapter(name)
-    except Exception as err:  # any load failure makes the column unavailable
+        adapters.load_adapter(name)
+    except Exception as err:  # any load failure: the verdict says the adapter did not load
         why = " ".join(f"{type(err).__name__}: {err}".split())
         return ImplResult(name=name, status="unavailable", why=why)
-    return run_subprocess(name, profile=profile, workdir=workdir, extra=extra,
-                          pythonpath=[os.getcwd()], progress=False)
+    return run_subprocess(name, profile=profile, workdir=workdir, only=only, known_failures=known_failures,
+                          extra=extra, pythonpath=[os.getcwd()], progress=progress)
+
+
+def conclude(results: list[ImplResult], *, informational: set[str] = frozenset(), out: Path | None = None,
+             report: dict[str, Any] | None = None) -> int:
+    """Print the report and the verdict (``rbcheck.harness.verdict``) of
+    ``results``, write ``out/conformance.md`` and ``.json`` when ``out`` is
+    given, and return the exit status: the end of ``rbcheck validate`` and of
+    this module's ``main``, so both give the same verdict."""
+    from rbcheck.harness.verdict import decide, explain
+
+    report = build(results) if report is None else report
+    print(render_text(report))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "conformance.md").write_text(render_markdown(report) + "\n")
+        (out / "conformance.json").write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {out / 'conformance.md'} and {out / 'conformance.json'}")
+    decision = decide(results, informational)
+    stdout, stderr = explain(decision, {r.name: r.output for r in results})
+    if stderr:
+        print(stderr, file=sys.stderr, flush=True)
+    if stdout:
+        print(stdout)
+    return decision.code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="use an existing --rbcheck-results file instead of running pytest")
     parser.add_argument("--pytest-arg", action="append", default=[],
                         help="extra argument passed to every pytest run (repeatable)")
+    parser.add_argument("--third-party-informational", action="store_true",
+                        help="failures of the built-in third-party adapters do not set the exit status")
     args = parser.parse_args(argv)
 
     results: list[ImplResult] = []
@@ -383,21 +415,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 print(f"[rbcheck report] running the conformance suite --impl {name} ...", file=sys.stderr, flush=True)
                 results.append(run_one(name, args.profile, args.pytest_arg, Path(tmp)))
-
-    report = build(results)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "conformance.md").write_text(render_markdown(report) + "\n")
-    (out / "conformance.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(render_text(report))
-    problems = failures(report)
-    if problems:
-        print(f"\n{len(problems)} problem(s) in the reference or a variant:", file=sys.stderr)
-        for problem in problems:
-            print(f"  {problem}", file=sys.stderr)
-        return 1
-    print(f"\nwrote {out / 'conformance.md'} and {out / 'conformance.json'}")
-    return 0
+    informational = {r.name for r in results if r.name in THIRD_PARTY} if args.third_party_informational else set()
+    return conclude(results, informational=informational, out=Path(args.out))
 
 
 if __name__ == "__main__":

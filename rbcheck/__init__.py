@@ -5,9 +5,11 @@ From a user's own test suite::
     import rbcheck
 
     def test_my_buffer():
-        rbcheck.check_buffer(my_adapter(), expected_failures={
-            "test_ring_eviction::test_ring_eviction_matches_reference_and_closed_form": "why",
-        })
+        rbcheck.check_buffer(my_adapter(), expected_failures=[rbcheck.ExpectedFailure(
+            "test_ring_eviction::test_ring_eviction_matches_reference_and_closed_form",
+            message="^AssertionError: .*but should be",  # the pattern of its failure message
+            reason="why (a link)",
+        )])
 
     @rbcheck.parametrize_with_checks(my_adapter)
     def test_rbcheck(check):
@@ -36,7 +38,8 @@ from rbcheck.plugin import pytest_addoption, pytest_configure  # noqa: F401
 
 __version__ = "0.1.0"
 
-_LAZY = {"check_buffer", "parametrize_with_checks", "properties", "ConformanceError"}
+_LAZY = {"check_buffer", "parametrize_with_checks", "properties", "ConformanceError", "ExpectedFailure",
+         "RunAbortedError"}
 __all__ = sorted(_LAZY) + ["__version__"]
 
 

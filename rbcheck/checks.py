@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,13 @@ class ConformanceError(AssertionError):
     """An implementation failed properties it did not declare as expected
     failures (or, in strict mode, an expected failure passed). The message is
     the report."""
+
+
+class RunAbortedError(ConformanceError):
+    """The conformance run did not complete (a pytest usage, collection or
+    internal error, an interrupt, a test not run, a crash), so it has no
+    verdict; the message names the cause (``rbcheck.harness.verdict``). A
+    :class:`ConformanceError`, so one ``except`` catches both."""
 
 
 def properties() -> list[str]:
@@ -115,11 +123,21 @@ def run_subprocess(name: str, *, profile: str, workdir: Path, only: Iterable[str
         proc.wait()
         out.seek(0)
         output = out.read()
+    kept = pytest_output("".join(errors), output)
     if not results.exists():
         tail = " ".join((output + "".join(errors)).strip().splitlines()[-3:])
         return ImplResult(name=name, status="crashed", why=f"pytest exit {proc.returncode}: {tail}",
-                          exitstatus=proc.returncode)
-    return ImplResult.from_results(name, json.loads(results.read_text()))
+                          exitstatus=proc.returncode, output=kept)
+    result = ImplResult.from_results(name, json.loads(results.read_text()))
+    result.output = kept
+    return result
+
+
+def pytest_output(stderr: str, stdout: str, lines: int = 40) -> str:
+    """What pytest said, for a run that did not complete: all of its stderr
+    (a usage error is there) and the last ``lines`` lines of its stdout."""
+    tail = stdout.strip().splitlines()[-lines:]
+    return "\n".join([*stderr.strip().splitlines(), *tail]).strip()
 
 
 # --------------------------------------------------------------------------
@@ -146,30 +164,102 @@ def _adapter(adapter: Any):
     )
 
 
-def _expected(expected_failures: Mapping[str, str] | None) -> dict[str, str]:
-    expected = dict(expected_failures or {})
-    known = set(properties())
-    for key, reason in expected.items():
-        if key not in known:
-            node_path(key)  # raises, naming the allowed form
-        if not isinstance(reason, str) or not reason.strip():
-            raise ValueError(f"expected_failures[{key!r}]={reason!r}, but should be a non-empty reason")
-    return expected
+@dataclass(frozen=True)
+class ExpectedFailure:
+    """A conformance test expected to fail, keyed by cause: an entry of a
+    known-failures file as an object (``rbcheck.ExpectedFailure``).
+
+    ``id``: a property id (``rbcheck.properties()``), covering each of its
+    parametrizations, or one parametrization (``<property id>[<params>]``).
+    ``message``: a regex searched in ``"<ExceptionType>: <message>"`` of the
+    failure (its repro snippet left out); one that matches an empty message
+    is refused. ``reason``: why, with a link. A covered test that fails with
+    a matching message is a known failure; with another message it stays a
+    failure; one that passes is XPASS. Errors in a test's setup are never
+    expected, and no entry may name a test of a seed invariant.
+    """
+
+    id: str
+    message: str
+    reason: str
 
 
-def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: Mapping[str, str] | None = None,
+#: What ``expected_failures`` should be, for error messages.
+_EXPECTED_FORM = "a list of rbcheck.ExpectedFailure(id, message, reason)"
+
+
+def _expected(expected_failures: Iterable[ExpectedFailure] | None) -> list | None:
+    """``expected_failures`` as the plugin's known failures (checked, with
+    the known-failures file's rules), or None: the adapter's own file."""
+    from rbcheck.harness.pytest_plugin import known_failure, property_to_file_id, seed_invariant_of
+
+    if expected_failures is None:
+        return None
+    if isinstance(expected_failures, Mapping):
+        raise TypeError(
+            f"expected_failures={dict(expected_failures)!r} (the old {{id: reason}} form), but should be "
+            f"{_EXPECTED_FORM}: each with the pattern of its failure message"
+        )
+    if isinstance(expected_failures, str | bytes) or not isinstance(expected_failures, Iterable):
+        raise TypeError(f"expected_failures={expected_failures!r}, but should be {_EXPECTED_FORM}")
+    entries, seen = [], {}
+    for i, item in enumerate(expected_failures):
+        where = f"expected_failures[{i}]"
+        if not isinstance(item, ExpectedFailure):
+            raise TypeError(f"{where}={item!r}, but should be an rbcheck.ExpectedFailure(id, message, reason)")
+        prop, bracket, params = str(item.id).partition("[")
+        if prop not in properties() or (bracket and (not params.endswith("]") or len(params) < 2)):
+            try:
+                node_path(item.id)  # raises, naming the allowed form
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}; a parametrization is <property id>[<params>]") from None
+        seed = seed_invariant_of(f"rbcheck/conformance/{property_to_file_id(prop)}")
+        if seed:
+            raise ValueError(
+                f"{where}.id={item.id!r} names a test of seed invariant {seed}, but no entry may hide a "
+                f"seed bug: remove it (its failure is reported as FAIL)"
+            )
+        if item.id in seen:
+            raise ValueError(f"{where}.id={item.id!r} repeats expected_failures[{seen[item.id]}], "
+                             f"but should appear once")
+        seen[item.id] = i
+        entries.append(known_failure(property_to_file_id(item.id), item.message, item.reason, where))
+    return entries
+
+
+def _selected(expected: list | None, only: Iterable[str]) -> list | None:
+    """The entries of the properties a run selects (all without ``only``)."""
+    only = list(only)
+    if expected is None or not only:
+        return expected
+    from rbcheck.harness.pytest_plugin import property_to_file_id
+
+    files = {property_to_file_id(p) for p in only}
+    return [e for e in expected if e.test_id.split("[", 1)[0] in files]
+
+
+def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: list | None = None,
                    profile: str = "ci"):
     """Run the suite (or the ``only`` properties) on ``adapter`` with pytest
-    in this process; the ``ImplResult``. Tests of the ``expected`` properties
-    that fail become known failures (``xfail``), passing ones ``XPASS``."""
+    in this process; the ``ImplResult`` (``status="crashed"`` when pytest
+    stopped before writing results, with what it printed). ``expected``:
+    known failures (:func:`_expected`) used instead of the adapter's own
+    file: a covered test that fails with a matching message is ``xfail``,
+    one that passes ``xpass``."""
+    import contextlib
+    import io
+
     import pytest
 
-    from rbcheck.harness import adapters
+    from rbcheck.harness import adapters, pytest_plugin
     from rbcheck.harness.report import ImplResult
 
     adapter = _adapter(adapter)
     token = f"rbcheck.check_buffer:{adapter.name}-{id(adapter)}"
     adapters.INJECTED[token] = adapter
+    expected = _selected(expected, only)
+    if expected is not None:
+        pytest_plugin.EXPECTED[token] = expected
     try:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
@@ -177,75 +267,75 @@ def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: Mapping[
             args = [*([node_path(p) for p in only] or [str(SUITE)]), "-p", "no:terminal",
                     *isolation_args(workdir), f"--impl={token}", f"--rbcheck-profile={profile}",
                     f"--rbcheck-results={results}"]
-            code = pytest.main(args)
+            said = io.StringIO()  # pytest writes a usage error to stderr
+            with contextlib.redirect_stderr(said):
+                code = int(pytest.main(args))
+            output = pytest_output(said.getvalue(), "")
             if not results.exists():
-                raise RuntimeError(f"the conformance run on {adapter.name!r} stopped with pytest exit "
-                                   f"code {int(code)}, but should have written its results")
+                tail = " ".join(output.splitlines()[-3:])
+                return ImplResult(name=adapter.name, status="crashed", why=f"pytest exit {code}: {tail}",
+                                  exitstatus=code, output=output)
             result = ImplResult.from_results(adapter.name, json.loads(results.read_text()))
+            result.output = output
     finally:
         adapters.INJECTED.pop(token, None)
-    for test in result.tests:  # expected failures: known failure / XPASS, as the report shows them
-        reason = (expected or {}).get(test["property"])
-        if reason is not None and test["outcome"] in ("fail", "error", "pass"):
-            failed = test["outcome"] != "pass"
-            test.update(outcome="xfail" if failed else "xpass",
-                        message=f"known failure: {reason}" + (f" | {test['message']}" if failed else ""))
+        pytest_plugin.EXPECTED.pop(token, None)
     return result
 
 
-def by_property(result) -> dict[str, list[dict[str, Any]]]:
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for test in result.tests:
-        grouped.setdefault(test["property"], []).append(test)
-    return grouped
+def _judged(result, strict: bool) -> None:
+    """Raise as the verdict (``rbcheck.harness.verdict``) says: 2 ->
+    :class:`RunAbortedError`, 1 -> :class:`ConformanceError`."""
+    from rbcheck.harness.report import build, render_text
+    from rbcheck.harness.verdict import ABORTED, PASSED, judge
+
+    verdict = judge(result, strict=strict)
+    if verdict.code == PASSED:
+        return
+    reasons = "\n  ".join(verdict.reasons)
+    if verdict.code == ABORTED:
+        said = f"\n\npytest's output:\n{result.output}" if result.output else ""
+        raise RunAbortedError(f"the conformance run on {result.name} did not complete, so it has no verdict:"
+                              f"\n  {reasons}{said}")
+    raise ConformanceError(f"{len(verdict.reasons)} problem(s) in {result.name} {result.version}:\n  {reasons}"
+                           f"\n\n{render_text(build([result]))}")
 
 
-def problems(result, expected: Mapping[str, str], strict: bool) -> list[str]:
-    """Unexpected failures, and (strict) expected failures that passed."""
-    out = []
-    for prop, tests in by_property(result).items():
-        for test in tests:
-            if test["outcome"] in ("fail", "error"):
-                out.append(f"{test['nodeid'].rsplit('/', 1)[-1]}: FAIL ({test['message']})")
-        if strict and prop in expected and tests and all(t["outcome"] in ("xpass", "pass") for t in tests):
-            out.append(f"{prop}: expected to fail ({expected[prop]}), but passed (strict): "
-                       f"remove it from expected_failures")
-    return out
-
-
-def check_buffer(adapter: Any, expected_failures: Mapping[str, str] | None = None, *,
-                 strict: bool = False, only: Iterable[str] = (), profile: str = "ci") -> dict[str, Any]:
+def check_buffer(adapter: Any, expected_failures: Iterable[ExpectedFailure] | None = None, *,
+                 strict: bool = True, only: Iterable[str] = (), profile: str = "ci") -> dict[str, Any]:
     """Run every conformance property on ``adapter`` (an ``Adapter``, a
     factory returning one, a built-in name or ``"pkg.module:factory"``).
 
-    ``expected_failures`` maps property ids (``rbcheck.properties()``) to the
-    reason each is expected to fail. Raises :class:`ConformanceError`, whose
-    message is the report, when a property fails that is not expected to, or
-    (``strict=True``) when an expected failure passes. Returns the report as
-    data (``rbcheck.harness.report.build``) otherwise. ``profile``: the
-    Hypothesis profile (``ci``: few examples, derandomized; ``dev``;
-    ``thorough``).
+    ``expected_failures``: a list of :class:`ExpectedFailure` (id, message
+    pattern, reason), the known-failures file's entries, used instead of the
+    adapter's own file (None: the adapter's own). The verdict is
+    ``rbcheck validate``'s (``rbcheck.harness.verdict``): raises
+    :class:`ConformanceError`, whose message is the report, when a test fails
+    that is not expected to (or with another message), or when a test an
+    expected failure covers passes (XPASS; ``strict=False`` lets it pass);
+    raises :class:`RunAbortedError`, naming the cause, when the run did not
+    complete. Returns the report as data (``rbcheck.harness.report.build``)
+    otherwise. ``profile``: the Hypothesis profile (``ci``: few examples,
+    derandomized; ``dev``; ``thorough``).
     """
-    from rbcheck.harness.report import build, render_text
+    from rbcheck.harness.report import build
 
     expected = _expected(expected_failures)
     result = run_in_process(adapter, only=only, expected=expected, profile=profile)
-    report = build([result])
-    found = problems(result, expected, strict)
-    if found:
-        raise ConformanceError(
-            f"{len(found)} problem(s) in {result.name} {result.version}:\n  " + "\n  ".join(found)
-            + "\n\n" + render_text(report)
-        )
-    return report
+    _judged(result, strict)
+    return build([result])
 
 
 class Check:
     """One property on one adapter, as a callable test body
-    (:func:`parametrize_with_checks`)."""
+    (:func:`parametrize_with_checks`): raises as :func:`check_buffer` does
+    (the same verdict), skips when every test was skipped, and marks the
+    test ``xfail`` when its failures were all expected."""
 
-    def __init__(self, adapter: Any, property_id: str, profile: str):
+    def __init__(self, adapter: Any, property_id: str, profile: str, expected: list | None = None,
+                 strict: bool = True):
         self.adapter, self.property_id, self.profile = adapter, property_id, profile
+        self.expected, self.strict = expected, strict
 
     def __repr__(self) -> str:
         return f"Check({self.property_id})"
@@ -253,19 +343,20 @@ class Check:
     def __call__(self) -> None:
         import pytest
 
-        result = run_in_process(self.adapter, only=[self.property_id], profile=self.profile)
+        result = run_in_process(self.adapter, only=[self.property_id], expected=self.expected,
+                                profile=self.profile)
         tests = result.tests
-        failed = [t for t in tests if t["outcome"] in ("fail", "error")]
-        if failed:
-            raise ConformanceError("\n".join(f"{t['nodeid'].rsplit('/', 1)[-1]}: {t['message']}" for t in failed))
+        _judged(result, self.strict)
         if tests and all(t["outcome"] in ("skip", "unavailable") for t in tests):
             pytest.skip("; ".join(sorted({t["message"] for t in tests})))
-        if not any(t["outcome"] == "pass" for t in tests):
+        if any(t["outcome"] == "xfail" for t in tests):
+            pytest.xfail("; ".join(sorted({t["message"] for t in tests if t["outcome"] == "xfail"})))
+        if not any(t["outcome"] in ("pass", "xpass") for t in tests):
             raise ConformanceError(f"{self.property_id}: no test ran ({[t['outcome'] for t in tests]})")
 
 
-def parametrize_with_checks(adapter: Any, expected_failures: Mapping[str, str] | None = None, *,
-                            strict: bool = False, profile: str = "ci"):
+def parametrize_with_checks(adapter: Any, expected_failures: Iterable[ExpectedFailure] | None = None, *,
+                            strict: bool = True, profile: str = "ci"):
     """A ``pytest.mark.parametrize`` of one ``check`` per property, with the
     property id as the test id::
 
@@ -273,14 +364,16 @@ def parametrize_with_checks(adapter: Any, expected_failures: Mapping[str, str] |
         def test_rbcheck(check):
             check()
 
-    Expected failures are marked ``xfail`` with their reason (``strict=True``:
-    one that passes fails the test). A property that needs a capability the
-    adapter does not declare is skipped with the reason."""
+    ``expected_failures`` as for :func:`check_buffer`: a property whose
+    failing tests all failed as declared is marked ``xfail`` with the reason;
+    a failure with another message, an error in setup, or a covered test
+    that passes (XPASS, unless ``strict=False``) fails the test, and a run
+    that did not complete raises :class:`RunAbortedError`. A property that
+    needs a capability the adapter does not declare is skipped with the
+    reason."""
     import pytest
 
     expected = _expected(expected_failures)
-    params = []
-    for prop in properties():
-        marks = [pytest.mark.xfail(reason=expected[prop], strict=strict)] if prop in expected else []
-        params.append(pytest.param(Check(adapter, prop, profile), id=prop, marks=marks))
+    params = [pytest.param(Check(adapter, prop, profile, _selected(expected, [prop]), strict), id=prop)
+              for prop in properties()]
     return pytest.mark.parametrize("check", params)

@@ -12,18 +12,21 @@ working directory's pytest configuration; one line per property is printed
 as it finishes, then the report (property x implementation). ``--out DIR``
 also writes ``DIR/conformance.md`` and ``DIR/conformance.json``.
 
-Exit status 0 when every implementation passed everything it was run on,
-apart from declared known failures; 1 when one failed, passed a known
-failure (XPASS: update the list), did not load or crashed; 2 for bad
-arguments. ``--third-party-informational`` (``nox -s validate``) reports
-the built-in third-party adapters (``torchrl``, ...) without letting them
-set the exit status.
+Exit status 0 when every implementation ran everything selected and
+passed it, apart from skips with a reason and declared known failures; 1
+when a test failed or a test a known failure covers passed (XPASS: update
+the list); 2 when a run did not complete (a pytest usage, collection or
+internal error, an interrupt, a test not run, a crash), an adapter did not
+load, or the arguments are bad; the cause is printed, with pytest's own
+output. ``--third-party-informational`` (``nox -s validate``) reports the
+built-in third-party adapters' (``torchrl``, ...) failures, XPASSes and
+failures to load without letting them set the exit status; a run of theirs
+that did not complete still exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -50,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="known-failures file (a property or test id per entry, with indented "
                           "'message: <regex>' and 'reason: <text>' lines), instead of each implementation's own")
     validate.add_argument("--third-party-informational", action="store_true",
-                          help="failures of the built-in third-party adapters do not set the exit status")
+                          help="failures of the built-in third-party adapters do not set the exit status "
+                          "(a run of theirs that did not complete still does)")
     validate.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                           help="extra argument for every pytest run (repeatable)")
     commands.add_parser("list", help="print the built-in implementations and the property ids")
@@ -71,18 +75,10 @@ def _list() -> int:
 
 
 def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from rbcheck.checks import node_path, run_subprocess
-    from rbcheck.harness.adapters import builtin_names, load_adapter
-    from rbcheck.harness.report import (
-        THIRD_PARTY,
-        ImplResult,
-        build,
-        failures,
-        render_markdown,
-        render_text,
-    )
+    from rbcheck.checks import node_path
+    from rbcheck.harness.adapters import builtin_names
+    from rbcheck.harness.report import THIRD_PARTY, conclude, run_one
 
-    cwd = os.getcwd()
     names = list(dict.fromkeys((builtin_names() if args.all else []) + args.impl))
     if not names:
         parser.error("no IMPL given, but should be a built-in name, pkg.module:factory, or --all")
@@ -97,38 +93,18 @@ def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if not known.is_file():
             parser.error(f"--known-failures={args.known_failures!r} does not exist, "
                          f"but should be a text file of property ids")
-    gate = {n for n in names if not (args.third_party_informational and n in THIRD_PARTY)}
+    informational = {n for n in names if args.third_party_informational and n in THIRD_PARTY}
 
     results = []
     with tempfile.TemporaryDirectory(prefix="rbcheck-") as tmp:
         for name in names:
             print(f"[rbcheck] {name}: running the conformance suite ...", file=sys.stderr, flush=True)
-            try:
-                load_adapter(name)  # to say why it cannot load, before any pytest run
-            except Exception as err:
-                why = " ".join(f"{type(err).__name__}: {err}".split())
-                print(f"[rbcheck] {name}: unavailable ({why})", file=sys.stderr, flush=True)
-                results.append(ImplResult(name=name, status="unavailable", why=why))
-                continue
-            results.append(run_subprocess(name, profile=args.profile, workdir=Path(tmp), only=args.only,
-                                          known_failures=known, extra=args.pytest_arg, pythonpath=[cwd]))
-
-    report = build(results)
-    print(render_text(report))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "conformance.md").write_text(render_markdown(report) + "\n")
-        (out / "conformance.json").write_text(json.dumps(report, indent=2) + "\n")
-        print(f"\nwrote {out / 'conformance.md'} and {out / 'conformance.json'}")
-    problems = failures(report, gate=gate)
-    if problems:
-        print(f"\n{len(problems)} problem(s):", file=sys.stderr)
-        for problem in problems:
-            print(f"  {problem}", file=sys.stderr)
-        return 1
-    print(f"\nno problems in {', '.join(sorted(gate)) or '(none gated)'}")
-    return 0
+            result = run_one(name, args.profile, args.pytest_arg, Path(tmp), only=args.only,
+                             known_failures=known, progress=True)
+            if result.status == "unavailable":
+                print(f"[rbcheck] {name}: the adapter did not load ({result.why})", file=sys.stderr, flush=True)
+            results.append(result)
+    return conclude(results, informational=informational, out=Path(args.out) if args.out else None)
 
 
 def main(argv: list[str] | None = None) -> int:

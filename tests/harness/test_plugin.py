@@ -63,6 +63,14 @@ def test_spec_needs_unavailable(make_buffer):
 
 def test_profile():
     print("MAX_EXAMPLES", settings.default.max_examples)
+
+def test_known_only_in_repro(impl):
+    from rbcheck.harness.assertions import Trace, fail
+    trace = Trace(impl, BufferSpec(capacity=2))
+    trace.wrap(object(), "buf")  # the snippet names the buffer, not the failure
+    trace.op("buf.evict_everything()")
+    trace.op("len(buf)")  # the last call is part of the message: "[len(buf)(<spec>)]"
+    fail("len(buf)", 3, 2, trace)
 '''
 
 
@@ -106,8 +114,12 @@ def fake_run(tmp_path_factory):
         "    message: anything\n"
         "    reason: was broken once\n"
         "\n"
+        "test_fake.py::test_known_only_in_repro\n"
+        "    message: evict_everything\n"
+        "    reason: a pattern that only the repro snippet matches\n"
+        "\n"
         "tests/conformance/test_fake.py::test_renamed_long_ago\n"
-        "    message: .*\n"
+        "    message: anything\n"
         "    reason: stale entry\n"
     )
     results = tmp / "results.json"
@@ -167,6 +179,33 @@ def test_known_failure_with_another_message_fails_and_says_so(fake_run):
     assert "a known failure hid something new" in proc.stdout  # in the terminal report too
 
 
+def test_a_pattern_is_matched_in_the_message_not_in_the_repro(fake_run):
+    """The repro snippet attached to a failure is not its message: a pattern
+    found only there would hide any failure of the test."""
+    _, results = fake_run
+    outcomes = {t["nodeid"].split("::")[-1]: t for t in results["tests"]}
+    only_repro = outcomes["test_known_only_in_repro"]
+    assert only_repro["outcome"] == "fail", only_repro
+    assert "a known failure hid something new" in only_repro["message"], only_repro
+    assert "evict_everything" in only_repro["repros"][0]  # the snippet is still reported
+
+
+def test_exception_messages_leave_out_the_repro_snippet():
+    import re
+
+    from rbcheck.harness.assertions import Trace, fail
+    from rbcheck.harness.pytest_plugin import KnownFailure, exception_messages
+
+    trace = Trace("fake", None)
+    trace.op("buf.extend(rows)")
+    with pytest.raises(AssertionError) as caught:
+        fail("len(buf)", 3, 2, trace, detail="after a wrap")
+    assert "Repro (adapter 'fake'):" in str(caught.value)
+    (message,) = exception_messages(caught.value)
+    assert message == "AssertionError: len(buf)=3, but should be 2 [buf.extend(rows)(None)]\n  after a wrap"
+    assert not KnownFailure("t", re.compile("load_adapter"), "r", 1).explains([message])
+
+
 def test_known_failure_that_passes_is_xpass(fake_run):
     proc, results = fake_run
     outcomes = {t["nodeid"].split("::")[-1]: t for t in results["tests"]}
@@ -194,6 +233,17 @@ def test_bad_known_failures_file_is_a_usage_error(tmp_path, text, expected):
                       f"--rbcheck-known-failures={known}")
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert expected in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("message", ["", "   ", ".*", "x?|y", "^"])
+def test_a_pattern_that_matches_every_failure_is_refused(tmp_path, message):
+    from rbcheck.harness.pytest_plugin import KnownFailureError, parse_known_failures
+
+    known = tmp_path / "known.txt"
+    known.write_text(f"test_fake.py::test_known_bad\n    message:{message}\n    reason: r\n")
+    with pytest.raises(KnownFailureError, match=r"known failure id='test_fake.py::test_known_bad' \(.*known.txt:1\): "
+                       r"message='.*' matches an empty message, so every failure, but should be a regex"):
+        parse_known_failures(known)
 
 
 def test_no_entry_may_hide_a_seed_bug(tmp_path):

@@ -1,5 +1,6 @@
 """The conformance report from small synthetic results files: the table's
-cells, the JSON, the markdown and the exit status rules."""
+cells, the JSON, the markdown and the exit status (the verdict rule itself:
+test_verdict.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ import json
 import pytest
 
 from rbcheck.harness import report
+from rbcheck.harness.verdict import decide
 
 UNAVAILABLE_WHY = "prioritized: RuntimeError: SumSegmentTreeFp32 is not available."
+
+
+def property_of(test: str) -> str:
+    """``test_a.py::test_x[1]`` -> ``test_a::test_x``, as the plugin records it."""
+    file, _, name = test.partition("::")
+    return f"{file.removesuffix('.py')}::{name.split('[', 1)[0]}"
 
 
 def results(name: str, outcomes: dict[str, tuple[str, str]]) -> dict:
@@ -20,9 +28,10 @@ def results(name: str, outcomes: dict[str, tuple[str, str]]) -> dict:
         "capabilities": ["random", "prioritized"],
         "unavailable": {"prioritized": "RuntimeError: SumSegmentTreeFp32 is not available."},
         "warnings": [],
-        "exitstatus": 1,
+        "exitstatus": int(any(o in ("fail", "error") for o, _ in outcomes.values())),
         "tests": [
-            {"nodeid": f"tests/conformance/{test}", "property": test, "doc": "", "outcome": o, "message": m}
+            {"nodeid": f"tests/conformance/{test}", "property": property_of(test), "doc": "", "outcome": o,
+             "message": m}
             for test, (o, m) in outcomes.items()
         ],
     }
@@ -40,8 +49,16 @@ THIRD = {
 }
 
 
+def runs(**named):
+    return [report.ImplResult.from_results(n, results(n, o)) for n, o in named.items()]
+
+
 def build(**named):
-    return report.build([report.ImplResult.from_results(n, results(n, o)) for n, o in named.items()])
+    return report.build(runs(**named))
+
+
+def problems(informational=(), **named):
+    return list(decide(runs(**named), informational).problems)
 
 
 def test_cells_say_pass_fail_skipped_unavailable_and_known_failure():
@@ -60,15 +77,16 @@ def test_cells_say_pass_fail_skipped_unavailable_and_known_failure():
     assert data["implementations"]["torchrl"]["counts"] == {"fail": 1, "unavailable": 1, "xfail": 1}
 
 
-def test_third_party_failures_are_reported_not_errors():
-    assert report.failures(build(reference=REFERENCE, torchrl=THIRD)) == []
-    assert report.failures(build(reference=REFERENCE, **{"mine.adapter:factory": THIRD})) == []
+def test_third_party_failures_are_reported_not_errors_when_informational():
+    assert problems({"torchrl"}, reference=REFERENCE, torchrl=THIRD) == []
+    assert decide(runs(reference=REFERENCE, torchrl=THIRD), {"torchrl"}).notes == (
+        "torchrl: test_a.py::test_round_trip: FAIL (AssertionError: x=1, but should be 2 | Falsifying example: "
+        "f(n=3))",)
 
 
-@pytest.mark.parametrize("name", ["reference", "device"])
-def test_reference_or_variant_failing_is_an_error(name):
-    problems = report.failures(build(**{name: THIRD}))
-    assert problems == [
+@pytest.mark.parametrize("name", ["reference", "device", "torchrl", "mine.adapter:factory"])
+def test_any_implementation_failing_is_an_error(name):
+    assert problems(**{name: THIRD}) == [
         f"{name}: test_a.py::test_round_trip: FAIL (AssertionError: x=1, but should be 2 | Falsifying example: f(n=3))"
     ]
 
@@ -80,7 +98,8 @@ def test_an_adapter_that_does_not_load_is_a_column_of_unavailable():
     ])
     for row in data["rows"]:
         assert row["cells"]["triton"]["text"] == "unavailable (ImportError: No module named 'triton')"
-    assert report.failures(data) == ["triton: unavailable (ImportError: No module named 'triton')"]
+    assert decide([report.ImplResult(name="triton", status="unavailable", why="ImportError: x")]).problems == (
+        "triton: the adapter did not load: ImportError: x",)
     markdown = report.render_markdown(data)
     assert "| triton | " in markdown and "unavailable (ImportError: No module named 'triton')" in markdown
 
@@ -91,7 +110,7 @@ def test_main_writes_markdown_and_json_and_sets_the_exit_status(tmp_path, capsys
     third.write_text(json.dumps(results("torchrl", THIRD)))
     out = tmp_path / "out"
     code = report.main(["--from-results", f"reference={ref}", "--from-results", f"torchrl={third}",
-                        "--out", str(out)])
+                        "--out", str(out), "--third-party-informational"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "test_a.py::test_round_trip" in printed and "FAIL (AssertionError" in printed
@@ -100,8 +119,10 @@ def test_main_writes_markdown_and_json_and_sets_the_exit_status(tmp_path, capsys
     assert "| `test_a.py::test_priority` | pass | unavailable (prioritized: RuntimeError" in markdown
     saved = json.loads((out / "conformance.json").read_text())
     assert saved["order"] == ["reference", "torchrl"]
+    # a third party's failures gate unless informational (as in rbcheck validate)
+    assert report.main(["--from-results", f"torchrl={third}", "--out", str(out)]) == 1
     # the reference failing flips the exit status
-    code = report.main(["--from-results", f"reference={third}", "--out", str(out)])
+    code = report.main(["--from-results", f"reference={third}", "--out", str(out), "--third-party-informational"])
     assert code == 1
 
 
@@ -110,3 +131,17 @@ def test_markdown_cells_escape_pipes_and_stay_on_one_line():
     markdown = report.render_markdown(build(torchrl=outcomes))
     line = next(ln for ln in markdown.splitlines() if ln.startswith("| `test_a.py::test_round_trip`"))
     assert "FAIL (a \\| b c)" in line
+
+
+def test_each_passing_parametrization_of_a_known_failure_is_xpass():
+    """An entry covers every test its id names, each on its own: a sibling
+    parametrization that still fails as declared does not hide one that
+    passes (a stale entry, or one that should name the failing cases only)."""
+    outcomes = {
+        "test_a.py::test_x[1]": ("xfail", "known failure: wraps wrongly"),
+        "test_a.py::test_x[2]": ("xpass", "known failure: wraps wrongly"),
+        "test_a.py::test_y[1]": ("xfail", "known failure: other"),
+    }
+    assert problems(reference=outcomes) == [
+        "reference: test_a.py::test_x[2]: XPASS (known failure: wraps wrongly): it passed: remove the entry, or "
+        "name only the tests that fail"]

@@ -437,7 +437,7 @@ def run_workload(buffer: Any, workload: Workload, save_to: Path | None = None,
         for t in every:
             t.join(max(0.0, grace - time.monotonic()))
         now = time.monotonic()
-        for t in every:
+        for t in sorted(every, key=lambda t: t.name not in hangs):  # what ended the run first
             if t.is_alive():
                 record.hung.append(t.name)
                 said = hangs.get(t.name, f"{t.name}: {t.where(now)} when the run stopped")

@@ -91,8 +91,13 @@ def _run(impl, spec, workload, trace, save_to=None):
         trace.op(f"record = run_workload(buf, {workload!r}" + (", save_to=path)" if save_to else ")"))
         record = run_workload(buf, workload, save_to=save_to)
         if record.errors:
-            fail("errors raised during the concurrent run", record.errors, "none", trace,
-                 f"threads left running (stuck in a call)={record.hung}" if record.hung else "")
+            first = record.errors[0]
+            first = first if len(first) <= 160 else first[:157] + "..."
+            detail = "\n  ".join(record.errors)
+            if record.hung:
+                detail += f"\n  threads left running (stuck in a call)={record.hung}"
+            fail("errors raised during the concurrent run", f"<{len(record.errors)}, the first: {first}>",
+                 "none", trace, detail)
         yield buf, record
     finally:
         _close(buf)

@@ -10,7 +10,9 @@ Kinds of check (DESIGN.md):
 * exact -- :func:`assert_tensor_equal`, :func:`assert_td_equal`,
   :func:`assert_same` (values, dtype, device, shape; bit-identical; NaN is a
   failure, never "equal").
-* tolerance -- :func:`assert_close` (float32 results vs a float64 model).
+* tolerance -- :func:`assert_close` (float32 results vs a float64 model;
+  an infinity matches only the same infinity, an expected NaN is refused as
+  a harness error).
   Tolerances tied to a dtype's own error come from one place:
   :func:`priority_tolerance` (stored priorities, max priority),
   :func:`sum_tolerance` (tree sums, grows with log2 N) and
@@ -363,6 +365,16 @@ def weight_tolerance(
     )
 
 
+def _check_bound(name: str, value: Any) -> None:
+    """A tolerance must be finite and >= 0: ``inf`` (or NaN) accepts anything."""
+    t = torch.as_tensor(value, dtype=torch.float64)
+    if not bool(torch.isfinite(t).all()) or bool((t < 0).any()):
+        raise ValueError(
+            f"assert_close: {name}={value!r}, but should be finite and >= 0 "
+            f"(an infinite or NaN bound accepts anything: a harness bug)"
+        )
+
+
 def assert_close(
     what: str,
     got: torch.Tensor,
@@ -374,27 +386,58 @@ def assert_close(
     tol: Tolerance | None = None,
 ) -> None:
     """Tolerance: ``|got - expected| <= atol + rtol * |expected|`` elementwise,
-    compared in float64; shapes must match, NaN fails. Pass ``tol`` (a
-    :class:`Tolerance`) to state the bound's derivation in the message."""
+    compared in float64; shapes must match. Pass ``tol`` (a
+    :class:`Tolerance`) to state the bound's derivation in the message.
+
+    Non-finite values, so that nothing passes by construction:
+
+    * ``got`` NaN fails;
+    * an expected ``+inf`` / ``-inf`` is matched by the same infinity only
+      (``rtol * inf`` is an infinite bound, which would accept anything);
+    * a finite expected value is never matched by an infinity;
+    * an expected NaN is refused with a ``ValueError`` (a harness error, not a
+      verdict): a model without an answer cannot decide the check, and letting
+      NaN match NaN would pass a buffer's NaN wherever the model breaks too;
+    * ``rtol`` / ``atol`` must be finite and ``>= 0`` (``ValueError``)."""
     if tol is not None:
         rtol, atol = tol.rtol, tol.atol
         if isinstance(rtol, torch.Tensor):
             rtol = rtol.detach().cpu().to(torch.float64)
     if rtol is None:
         raise ValueError("assert_close: rtol=None, but should be given (or tol=Tolerance(...))")
+    _check_bound("rtol", rtol)
+    _check_bound("atol", atol)
     g = torch.as_tensor(got).detach().cpu().to(torch.float64)
     e = torch.as_tensor(expected).detach().cpu().to(torch.float64)
     if g.shape != e.shape:
         fail(f"{what}.shape", list(g.shape), str(list(e.shape)), trace)
+    if bool(torch.isnan(e).any()):
+        where = torch.nonzero(torch.isnan(e))[:4].tolist()
+        msg = (
+            f"assert_close: expected {what} (NaN at {where})={fmt(e)}, but should be finite or "
+            f"+-inf: the model has no answer there, so the check cannot decide (a harness bug)"
+        )
+        if trace is not None:
+            msg += f" [{trace.last_call}({trace.spec!r})]\nRepro (adapter {trace.adapter!r}):\n"
+            msg += _indent(trace.snippet())
+        raise ValueError(msg)
     if bool(torch.isnan(g).any()):
         fail(f"{what} (contains NaN)", g, e, trace)
-    err = (g - e).abs()
-    bound = atol + rtol * e.abs()
+    inf_g, inf_e = torch.isinf(g), torch.isinf(e)
+    # an infinity is matched by the same infinity only, on either side
+    wrong_inf = (inf_g | inf_e) & ~(g == e)
+    if bool(wrong_inf.any()):
+        i = torch.nonzero(wrong_inf)[0].tolist()
+        pos = tuple(i)
+        fail(what, g, e, trace,
+             f"an infinity is matched by the same infinity only; at {i}: got {g[pos].item()!r}, "
+             f"expected {e[pos].item()!r}")
+    finite = ~inf_e
+    err = torch.where(finite, (g - e).abs(), torch.zeros_like(e))
+    bound = atol + rtol * torch.where(finite, e.abs(), torch.zeros_like(e))
     if bound.shape != e.shape:
         bound = bound.expand(e.shape)
     bad = err > bound
-    # inf == inf is fine
-    bad &= ~((g == e) & torch.isinf(e))
     if bool(bad.any()):
         i = torch.nonzero(bad)[0].tolist()
         pos = tuple(i)

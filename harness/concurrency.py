@@ -5,7 +5,8 @@ run a :class:`Workload` through :func:`run_workload` and check what it
 records (:class:`Record`) with the functions below. Nothing here knows a
 concrete backend: writers run as threads of this process unless the buffer
 under test offers ``spawn_writer(job) -> handle`` (a served buffer runs them
-where its clients live, e.g. as Ray tasks in other processes); samplers, the
+where its clients live, e.g. as Ray tasks in other processes; the handle has
+``join_result(timeout) -> slots`` and, optionally, ``cancel()``); samplers, the
 updater and the saver are threads of this process (the learner's side).
 
 Rows
@@ -27,10 +28,23 @@ rbcheck.harness.concurrency:locked_reference_adapter`` (named
 
 Bounds
 ------
-Every run is bounded: each thread and writer is joined with the time left of
-``TIMEOUT_S``; one still running then is reported as a hang. The thread
-switch interval is lowered while a run is under way so threads interleave
-inside operations, not only between them.
+Every run is bounded. A buffer may declare ``call_timeout_s``: the longest
+one of its calls may take (a served buffer's round trip; TorchRL's Ray
+adapter declares its 300 s). The run limit (:func:`run_limit`) is
+``TIMEOUT_S + call_timeout_s`` (``TIMEOUT_S`` without a declaration), so it is
+never shorter than one round trip the buffer may take; a call running longer
+than the declared bound is a hang at once, without waiting for the run's
+limit. Every thread is a daemon (one stuck in a call never holds up the
+interpreter's exit) and notes the buffer call it is in. When the run ends
+early (a thread raised, or a call went over its bound) or reaches its limit,
+a stop signal goes out: threads stop before their next call, and a spawned
+writer whose handle has ``cancel()`` is cancelled. A thread still running
+at the limit or over its bound is reported in ``Record.errors`` by name,
+with the call it is in; one that does not stop within ``STOP_GRACE_S`` of
+the signal is also named in ``Record.hung`` (close the buffer to release
+it: the conformance properties close every buffer they make, on every path).
+The thread switch interval is lowered while a run is under way so threads
+interleave inside operations, not only between them.
 """
 
 from __future__ import annotations
@@ -39,7 +53,8 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -53,8 +68,15 @@ from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
 TAG_KEYS = ("writer", "seq", "payload", "checksum")
 #: Added to every checksum: an all-zero (never written) row does not pass.
 SALT = 0x5DEECE66D
-#: Wall-clock bound of one run (all threads and writers together), seconds.
+#: Wall-clock budget of one run's own work (all threads and writers together),
+#: seconds; a buffer that declares a per-call bound gets that much more
+#: (:func:`run_limit`).
 TIMEOUT_S = 60.0
+#: How long a thread still running when the run ends gets to stop after the
+#: stop signal, seconds; one still running then is named in ``Record.hung``.
+STOP_GRACE_S = 1.0
+#: How often the run looks at its threads, seconds.
+POLL_S = 0.005
 #: Thread switch interval while a run is under way (seconds; Python's default is 0.005).
 SWITCH_INTERVAL_S = 1e-5
 
@@ -133,12 +155,18 @@ class WriterJob:
     width: int = 2
 
 
-def run_writer(buffer: Any, job: WriterJob) -> list[list[int]]:
-    """Write ``job``'s rows in order; return the slots each extend returned."""
+def run_writer(buffer: Any, job: WriterJob, stop: threading.Event | None = None) -> list[list[int]]:
+    """Write ``job``'s rows in order; return the slots each extend returned.
+    Stops before the next extend once ``stop`` is set."""
     slots, start = [], 0
     for i, n in enumerate(job.batches):
-        time.sleep(job.delays[i % len(job.delays)])
-        index = buffer.extend(make_rows(job.writer, start, n, job.width))
+        delay = job.delays[i % len(job.delays)]
+        if stop is None:
+            time.sleep(delay)
+        elif stop.wait(delay) if delay > 0 else stop.is_set():
+            break
+        with calling(f"extend(<{n} rows>)"):
+            index = buffer.extend(make_rows(job.writer, start, n, job.width))
         slots.append(torch.as_tensor(index).reshape(-1).tolist())
         start += n
     return slots
@@ -194,15 +222,26 @@ class Record:
     updates: list[Update] = field(default_factory=list)
     checkpoint: Path | None = None
     errors: list[str] = field(default_factory=list)  # "<who>: <call> raised <error>"
+    hung: list[str] = field(default_factory=list)  # threads that did not stop (daemons left running)
+    limit_s: float = 0.0  # the run's wall-clock limit
     seconds: float = 0.0
 
 
 class _Thread(threading.Thread):
-    def __init__(self, name: str, target: Callable[[], Any]):
+    """One thread of a run, a daemon. ``doing`` is the buffer call under way
+    (None between calls), ``since`` when it began, ``last`` the latest call;
+    ``bounded``: whether its calls are held to the buffer's per-call bound
+    (not so for the thread waiting on a spawned writer's whole task)."""
+
+    def __init__(self, name: str, target: Callable[[], Any], bounded: bool = True):
         super().__init__(name=name, daemon=True)
         self._target_fn = target
+        self.bounded = bounded
         self.result: Any = None
         self.error: BaseException | None = None
+        self.doing: str | None = None
+        self.last = "start"
+        self.since = 0.0
 
     def run(self) -> None:
         try:
@@ -210,22 +249,49 @@ class _Thread(threading.Thread):
         except BaseException as err:  # noqa: BLE001 - reported by the caller
             self.error = err
 
-    def join_result(self, timeout: float) -> Any:
-        self.join(timeout)
-        if self.is_alive():
-            raise TimeoutError(f"{self.name} still running")
-        if self.error is not None:
-            raise self.error
-        return self.result
+    def where(self, now: float) -> str:
+        doing, since = self.doing, self.since  # one read: the thread goes on meanwhile
+        if doing is not None:
+            return f"inside {doing} for {max(0.0, now - since):.1f}s"
+        return f"between calls (the last: {self.last})"
 
 
-def _spawn_writer(buffer: Any, job: WriterJob):
-    spawn = getattr(buffer, "spawn_writer", None)
-    if spawn is not None:
-        return spawn(job)  # an object with join_result(timeout) -> slots
-    thread = _Thread(f"writer {job.writer}", lambda: run_writer(buffer, job))
-    thread.start()
-    return thread
+@contextmanager
+def calling(call: str) -> Iterator[None]:
+    """Note that the current thread of a run is inside ``call`` (for a hang
+    report); a no-op in any other thread (e.g. a spawned writer's process)."""
+    me = threading.current_thread()
+    if not isinstance(me, _Thread):
+        yield
+        return
+    # ``since`` before ``doing``: a reader that sees the call sees when it began
+    me.since = time.monotonic()
+    me.doing = me.last = call
+    try:
+        yield
+    finally:
+        me.doing = None
+
+
+def call_timeout(buffer: Any) -> float | None:
+    """The bound on one call that ``buffer`` declares (``call_timeout_s``,
+    seconds, e.g. one round trip to a served buffer), or None."""
+    value = getattr(buffer, "call_timeout_s", None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(
+            f"call_timeout_s={value!r}, but should be a finite number of seconds > 0 (the longest "
+            f"one call of {type(buffer).__name__} may take, e.g. one round trip to a served buffer)"
+        )
+    return float(value)
+
+
+def run_limit(buffer: Any) -> float:
+    """The wall-clock limit of one run on ``buffer``: ``TIMEOUT_S`` plus the
+    per-call bound it declares (:func:`call_timeout`), so never shorter than
+    one round trip it may take."""
+    return TIMEOUT_S + (call_timeout(buffer) or 0.0)
 
 
 def _error(who: str, call: str, err: BaseException) -> str:
@@ -233,90 +299,159 @@ def _error(who: str, call: str, err: BaseException) -> str:
 
 
 def run_workload(buffer: Any, workload: Workload, save_to: Path | None = None,
-                 timeout: float = TIMEOUT_S) -> Record:
+                 timeout: float | None = None) -> Record:
     """Run ``workload`` on ``buffer``: the writers, ``samplers`` sampler
     threads, the updater (``updates > 0``) and the saver (``checkpoint``,
     into ``save_to``) at once. Returns what was observed; errors raised
-    inside a thread are collected in ``Record.errors``; a thread still running
-    after ``timeout`` seconds is reported there as a hang."""
-    record = Record()
-    deadline = time.monotonic() + timeout
+    inside a thread are collected in ``Record.errors`` (the first stops the
+    run); a thread still running after ``timeout`` seconds (default
+    :func:`run_limit`), or a call over the buffer's declared per-call bound,
+    is reported there as a hang, naming the thread and its call. Threads
+    are told to stop when the run ends; one that does not within
+    ``STOP_GRACE_S`` is named in ``Record.hung``."""
+    if workload.checkpoint and save_to is None:
+        raise ValueError("save_to=None, but should be a path when workload.checkpoint is set")
+    per_call = call_timeout(buffer)
+    limit = run_limit(buffer) if timeout is None else float(timeout)
+    record = Record(limit_s=limit)
+    start = time.monotonic()
+    deadline = start + limit
     writers_done = threading.Event()
+    stop = threading.Event()
     delays = workload.delays or (0.0,)
 
-    def nap(i: int) -> None:
-        time.sleep(delays[i % len(delays)])
+    def nap(i: int) -> bool:
+        """Sleep the jitter; False once the run is told to stop."""
+        delay = delays[i % len(delays)]
+        return not (stop.wait(delay) if delay > 0 else stop.is_set())
+
+    def size() -> int:
+        with calling("len()"):
+            return len(buffer)
 
     def wait_for_rows(who: str) -> bool:
-        while len(buffer) == 0 or (workload.after_writers and not writers_done.is_set()):
-            if time.monotonic() > deadline:
-                record.errors.append(f"{who}: the buffer stayed empty until the deadline")
+        while size() == 0 or (workload.after_writers and not writers_done.is_set()):
+            if stop.is_set():
+                return False
+            if writers_done.is_set() and size() == 0 and not stop.is_set():
+                record.errors.append(f"{who}: len(buffer)=0 after every writer finished, but should be > 0")
                 return False
             time.sleep(0.0005)
         return True
+
+    def sample() -> tuple[TensorDictBase, dict]:
+        with calling(f"sample({workload.sample_batch})"):
+            return buffer.sample(workload.sample_batch)
 
     def sampler(m: int) -> None:
         if not wait_for_rows(f"sampler {m}"):
             return
         for i in range(workload.samples):
-            nap(m + i)
-            rows, info = buffer.sample(workload.sample_batch)
+            if not nap(m + i):
+                return
+            rows, info = sample()
             record.samples.append(Sample(m, rows, dict(info)))
 
     def updater() -> None:
         if not wait_for_rows("updater"):
             return
-        held = buffer.sample(workload.sample_batch)  # applied once the writers are done
+        held = sample()  # applied once the writers are done
         for i in range(workload.updates):
-            rows, info = buffer.sample(workload.sample_batch)
-            nap(i)
+            rows, info = sample()
+            if not nap(i):
+                return
             _update(buffer, record, rows, info, held=False)
         writers_done.wait(max(0.0, deadline - time.monotonic()))
-        _update(buffer, record, *held, held=True)
+        if not stop.is_set():
+            _update(buffer, record, *held, held=True)
 
     def saver() -> None:
-        if not wait_for_rows("saver"):
+        if not wait_for_rows("saver") or not nap(1):
             return
-        nap(1)
-        buffer.save(save_to)
+        with calling("save(path)"):
+            buffer.save(save_to)
         record.checkpoint = save_to
 
+    threads = [_Thread(f"sampler {m}", lambda m=m: sampler(m)) for m in range(workload.samplers)]
+    if workload.updates:
+        threads.append(_Thread("updater", updater))
+    if workload.checkpoint:
+        threads.append(_Thread("saver", saver))
+    spawn = getattr(buffer, "spawn_writer", None)
+    writers: dict[int, _Thread] = {}
+    handles: dict[int, Any] = {}  # spawned writers: objects with join_result(timeout) [and cancel()]
+    hangs: dict[str, str] = {}
     old_interval = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    start = time.monotonic()
     try:
-        learners = [_Thread(f"sampler {m}", lambda m=m: sampler(m)) for m in range(workload.samplers)]
-        if workload.updates:
-            learners.append(_Thread("updater", updater))
-        if workload.checkpoint:
-            if save_to is None:
-                raise ValueError("save_to=None, but should be a path when workload.checkpoint is set")
-            learners.append(_Thread("saver", saver))
-        for thread in learners:
+        for thread in threads:
             thread.start()
-        handles = {}
         for job in workload.jobs():
-            try:
-                handles[job.writer] = _spawn_writer(buffer, job)
-            except Exception as err:  # noqa: BLE001
-                record.errors.append(_error(f"writer {job.writer}", "start", err))
-        for w, handle in handles.items():
-            try:
-                record.slots[w] = handle.join_result(max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                record.errors.append(f"writer {w}: still running after {timeout:.0f}s (a hang or deadlock)")
-            except Exception as err:  # noqa: BLE001
-                record.errors.append(_error(f"writer {w}", "extend", err))
+            name = f"writer {job.writer}"
+            if spawn is None:
+                writers[job.writer] = _Thread(name, lambda job=job: run_writer(buffer, job, stop))
+            else:
+                try:
+                    handles[job.writer] = handle = spawn(job)
+                except Exception as err:  # noqa: BLE001
+                    record.errors.append(_error(name, "start", err))
+                    continue
+
+                def join(handle: Any = handle) -> Any:
+                    with calling("its spawned task (join_result)"):
+                        return handle.join_result(max(0.0, deadline - time.monotonic()))
+
+                writers[job.writer] = _Thread(name, join, bounded=False)
+            writers[job.writer].start()
+        every = threads + list(writers.values())
+        while True:
+            alive = [t for t in every if t.is_alive()]
+            if not any(t.is_alive() for t in writers.values()):
+                writers_done.set()
+            if not alive or record.errors or any(t.error is not None for t in every):
+                break
+            now = time.monotonic()
+            over = [t for t in alive if per_call is not None and t.bounded and t.doing is not None
+                    and now - t.since > per_call]
+            for t in over:
+                hangs[t.name] = (f"{t.name}: {t.where(now)}, over the buffer's declared per-call bound "
+                                 f"call_timeout_s={per_call:g} (a hang or deadlock)")
+            if over:
+                break
+            if now >= deadline:
+                for t in alive:
+                    hangs[t.name] = (f"{t.name}: still running after the run's limit of {limit:.1f}s, "
+                                     f"{t.where(now)} (a hang or deadlock)")
+                break
+            time.sleep(POLL_S)
+        stop.set()
         writers_done.set()
-        for thread in learners:
-            try:
-                thread.join_result(max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                record.errors.append(f"{thread.name}: still running after {timeout:.0f}s (a hang or deadlock)")
-            except Exception as err:  # noqa: BLE001
-                call = {"updater": "sample/update_priority", "saver": "save"}.get(thread.name, "sample")
-                record.errors.append(_error(thread.name, call, err))
+        for w, handle in handles.items():
+            cancel = getattr(handle, "cancel", None)
+            if cancel is not None and writers[w].is_alive():
+                try:
+                    cancel()
+                except Exception as err:  # noqa: BLE001
+                    record.errors.append(_error(f"writer {w}", "cancel", err))
+        grace = time.monotonic() + STOP_GRACE_S
+        for t in every:
+            t.join(max(0.0, grace - time.monotonic()))
+        now = time.monotonic()
+        for t in sorted(every, key=lambda t: t.name not in hangs):  # what ended the run first
+            if t.is_alive():
+                record.hung.append(t.name)
+                said = hangs.get(t.name, f"{t.name}: {t.where(now)} when the run stopped")
+                record.errors.append(f"{said}; it did not stop within {STOP_GRACE_S:g}s of the stop "
+                                     f"signal (left running as a daemon thread)")
+            elif t.name in hangs:
+                record.errors.append(f"{hangs[t.name]}; it stopped on the stop signal")
+            elif t.error is not None:
+                record.errors.append(_error(t.name, t.last, t.error))
+        for w, t in writers.items():
+            if not t.is_alive() and t.error is None and t.name not in hangs:
+                record.slots[w] = t.result
     finally:
+        stop.set()
         sys.setswitchinterval(old_interval)
         record.seconds = time.monotonic() - start
     return record
@@ -328,7 +463,8 @@ def _update(buffer: Any, record: Record, rows: TensorDictBase, info: dict, held:
     index = torch.as_tensor(info["index"]).reshape(-1)
     generation = torch.as_tensor(info["generation"]).reshape(-1)
     priority = update_priority_of(rows.get("writer").reshape(-1), rows.get("seq").reshape(-1))
-    buffer.update_priority(index, priority, generation=generation)
+    with calling(f"update_priority(<{index.numel()} slots>)"):
+        buffer.update_priority(index, priority, generation=generation)
     record.updates.append(Update(index, priority, generation, held))
 
 
@@ -518,8 +654,8 @@ def locked_reference_adapter() -> Adapter:
 assert "concurrent" in CAPABILITIES
 
 __all__ = [
-    "SALT", "TAG_KEYS", "TIMEOUT_S", "LockedBuffer", "Record", "Sample", "State", "Update",
+    "SALT", "STOP_GRACE_S", "TAG_KEYS", "TIMEOUT_S", "LockedBuffer", "Record", "Sample", "State", "Update",
     "Workload", "WriterJob", "checksum_of", "identical_batches", "locked",
-    "locked_reference_adapter", "make_rows", "payload_of", "repeat_bound", "ring_problems",
-    "run_workload", "run_writer", "slot_problems", "tags", "torn_rows", "update_priority_of",
+    "call_timeout", "calling", "locked_reference_adapter", "make_rows", "payload_of", "repeat_bound", "ring_problems",
+    "run_limit", "run_workload", "run_writer", "slot_problems", "tags", "torn_rows", "update_priority_of",
 ]

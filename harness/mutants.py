@@ -1781,3 +1781,59 @@ BAD_INPUT_MUTANTS = (
 )
 MUTANTS = (*MUTANTS, *BAD_INPUT_MUTANTS)
 __all__ += [m.factory for m in BAD_INPUT_MUTANTS] + ["unseeded_without_readback_control"]
+# policy copies (issue 17): a copy that is no copy, a caller's policy changed
+# --------------------------------------------------------------------------
+
+
+def _same_module_if_no_tensors_place_policy(policy, device, allow_in_place=True):
+    """"Nothing to copy" for a module without parameters or buffers: returns
+    the caller's object even when a private copy was asked for."""
+    if isinstance(policy, torch.nn.Module) and not any(
+        True for _ in (*policy.parameters(), *policy.buffers())
+    ):
+        return policy
+    return reference_place_policy(policy, device, allow_in_place)
+
+
+def parameter_free_policy_not_copied():
+    return _adapter("parameter-free-policy-not-copied",
+                    place_policy=_same_module_if_no_tensors_place_policy)
+
+
+def _moves_caller_place_policy(policy, device, allow_in_place=True):
+    """"Moves" the caller's tensors to the device (into new storage, the
+    values unchanged) before copying: the caller's policy no longer holds the
+    storage its trainer (and any view of it) holds."""
+    if isinstance(policy, torch.nn.Module):
+        for t in (*policy.parameters(), *policy.buffers()):
+            t.data = t.data.to(device, copy=True)
+    return reference_place_policy(policy, device, allow_in_place)
+
+
+def policy_copy_moves_the_caller():
+    return _adapter("policy-copy-moves-the-caller", place_policy=_moves_caller_place_policy)
+
+
+def _eval_caller_place_policy(policy, device, allow_in_place=True):
+    """Puts the caller's policy in eval mode for collection, then copies it."""
+    if isinstance(policy, torch.nn.Module):
+        policy.eval()
+    return reference_place_policy(policy, device, allow_in_place)
+
+
+def policy_copy_sets_the_caller_to_eval():
+    return _adapter("policy-copy-sets-the-caller-to-eval", place_policy=_eval_caller_place_policy)
+
+
+_PP = ("test_policy_placement.py",)
+_COPY = ("test_copyable_policy_is_copied_when_a_copy_is_asked_for",)
+POLICY_COPY_MUTANTS = (
+    Mutant("parameter_free_policy_not_copied",
+           "a parameter-free policy returned as its own copy", _PP, _COPY),
+    Mutant("policy_copy_moves_the_caller",
+           "the caller's policy moved to new storage while a copy is made", _PP, _COPY),
+    Mutant("policy_copy_sets_the_caller_to_eval",
+           "the caller's policy put in eval mode while a copy is made", _PP, _COPY),
+)
+MUTANTS = (*MUTANTS, *POLICY_COPY_MUTANTS)
+__all__ += [m.factory for m in POLICY_COPY_MUTANTS]

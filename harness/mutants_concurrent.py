@@ -197,6 +197,43 @@ def checkpoint_mixes_two_moments():
 
 
 # --------------------------------------------------------------------------
+# a call that never returns (the run must end, name the thread, and close)
+# --------------------------------------------------------------------------
+
+#: The per-call bound the hanging mutant declares (seconds): it promises every
+#: call returns within this, so its hang is found without waiting for TIMEOUT_S.
+HANG_BOUND_S = 0.5
+
+
+class BlocksWhenFullBuffer(LockedBuffer):
+    """``extend`` follows a blocking queue's rule: a batch that would
+    overwrite rows waits, outside the lock, for room that nothing ever makes.
+    Once the writers have written ``capacity`` rows, the next extend never
+    returns (until the buffer is closed). Declares ``call_timeout_s``."""
+
+    call_timeout_s = HANG_BOUND_S
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.closed = threading.Event()
+
+    def extend(self, data):
+        with self.lock:
+            full = self.inner.write_count + data.batch_size[0] > self.inner.spec.capacity
+            if not full:
+                return self.inner.extend(data)
+        self.closed.wait()  # room never comes
+        raise RuntimeError("buffer closed while extend waited for room")
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def extend_waits_forever_when_full():
+    return _locked("extend-waits-forever-when-full", BlocksWhenFullBuffer)
+
+
+# --------------------------------------------------------------------------
 # the table the meta test runs
 # --------------------------------------------------------------------------
 
@@ -241,6 +278,12 @@ MUTANTS = (
         "a checkpoint taken during writes that mixes two moments",
         FILE,
         ("test_checkpoint_taken_during_writes_is_a_consistent_snapshot",),
+    ),
+    Mutant(
+        "extend_waits_forever_when_full",
+        "a writer's extend that never returns (a hang)",
+        FILE,
+        ("test_concurrent_writes_lose_and_duplicate_nothing",),
     ),
 )
 

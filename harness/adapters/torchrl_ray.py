@@ -285,6 +285,12 @@ class _RayWriter:
         except ray.exceptions.RayTaskError as err:
             raise _actor_error(err) from None
 
+    def cancel(self) -> None:
+        """Stop the task (the run it belongs to has ended)."""
+        import ray
+
+        ray.cancel(self.ref, force=True)
+
 
 @functools.cache
 def _writer_task() -> Any:
@@ -315,6 +321,9 @@ class TorchRLRayBuffer:
     #: read by the interrupted-save property, which injects its faults into
     #: this process: the save runs in the actor's
     saves_in_another_process = "TorchRL's dumps runs in the Ray actor that serves the buffer"
+    #: the bound of one round trip, read by the concurrency driver: a run's
+    #: limit is never shorter than one call may take (harness/concurrency.py)
+    call_timeout_s = CALL_TIMEOUT_S
 
     def __init__(self, owner: Any, spec: BufferSpec):
         self.owner = owner

@@ -7,13 +7,18 @@ schedules it, so these are properties of every interleaving the run hit. The
 spec of sharing: the result is one the operations could give run one at a time,
 each whole: the reference behind one lock (``reference-locked``, ``--impl
 rbcheck.harness.concurrency:locked_reference_adapter``).
-Every run is bounded (``harness.concurrency.TIMEOUT_S``) and a hang fails.
+Every run is bounded (``harness.concurrency.run_limit``: ``TIMEOUT_S`` plus the
+per-call bound the buffer declares, so never shorter than one round trip to a
+served buffer) and a hang fails, naming the thread and the call it is in.
+Every buffer a property makes is closed on every path, the failing one
+included.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -74,15 +79,28 @@ def capacities_for(workload: Workload) -> st.SearchStrategy[int]:
     return st.integers(max(2, total // 4), max(2, total + 2))
 
 
+@contextmanager
 def _run(impl, spec, workload, trace, save_to=None):
+    """Make a buffer, run ``workload`` on it and yield ``(buf, record)``; a
+    run with errors (a raise, a hang) fails. The buffer is closed on every
+    path, the failing one included."""
     from rbcheck.harness.concurrency import run_workload
 
     buf = impl.make(spec)
-    trace.op(f"record = run_workload(buf, {workload!r}" + (", save_to=path)" if save_to else ")"))
-    record = run_workload(buf, workload, save_to=save_to)
-    if record.errors:
-        fail("errors raised during the concurrent run", record.errors, "none", trace)
-    return buf, record
+    try:
+        trace.op(f"record = run_workload(buf, {workload!r}" + (", save_to=path)" if save_to else ")"))
+        record = run_workload(buf, workload, save_to=save_to)
+        if record.errors:
+            first = record.errors[0]
+            first = first if len(first) <= 160 else first[:157] + "..."
+            detail = "\n  ".join(record.errors)
+            if record.hung:
+                detail += f"\n  threads left running (stuck in a call)={record.hung}"
+            fail("errors raised during the concurrent run", f"<{len(record.errors)}, the first: {first}>",
+                 "none", trace, detail)
+        yield buf, record
+    finally:
+        _close(buf)
 
 
 def _trace(impl, spec) -> Trace:
@@ -106,8 +124,7 @@ def test_concurrent_samples_never_see_a_torn_row(impl, data):
     workload = data.draw(workloads(), label="workload")
     spec = BufferSpec(capacity=data.draw(capacities_for(workload), label="capacity"))
     trace = _trace(impl, spec)
-    buf, record = _run(impl, spec, workload, trace)
-    try:
+    with _run(impl, spec, workload, trace) as (buf, record):
         for n, sample in enumerate(record.samples):
             bad = torn_rows(sample.rows, workload.totals)
             if bad:
@@ -116,8 +133,6 @@ def test_concurrent_samples_never_see_a_torn_row(impl, data):
             if index.numel() != workload.sample_batch or bool(((index < 0) | (index >= spec.capacity)).any()):
                 fail(f"sample {n}: info['index']", index.tolist(),
                      f"{workload.sample_batch} slots in [0, {spec.capacity})", trace)
-    finally:
-        _close(buf)
 
 
 @pytest.mark.requires("concurrent")
@@ -132,8 +147,7 @@ def test_concurrent_writes_lose_and_duplicate_nothing(impl, data):
     workload = data.draw(workloads(), label="workload")
     spec = BufferSpec(capacity=data.draw(capacities_for(workload), label="capacity"))
     trace = _trace(impl, spec)
-    buf, record = _run(impl, spec, workload, trace)
-    try:
+    with _run(impl, spec, workload, trace) as (buf, record):
         state = State.of(buf, spec.capacity)
         trace.op("state = State.of(buf, capacity)")
         bad = torn_rows(state.rows, workload.totals)
@@ -141,8 +155,6 @@ def test_concurrent_writes_lose_and_duplicate_nothing(impl, data):
             fail("rows held after the writers finished: torn or unwritten rows", bad, "none", trace)
         for what, got, want in ring_problems(state, workload.totals, final=True) + slot_problems(state, record.slots):
             fail(what, got, want, trace, f"tags in ring order: {_tags_in_order(state)}")
-    finally:
-        _close(buf)
 
 
 def _tags_in_order(state: State, limit: int = 24) -> str:
@@ -169,8 +181,7 @@ def test_concurrent_stale_updates_never_land_on_the_new_occupant(impl, data):
     spec = BufferSpec(capacity=data.draw(st.integers(2, max(2, total - 1)), label="capacity"),
                       sampler="prioritized", alpha=0.5, beta=0.4, eps=1e-6)
     trace = _trace(impl, spec)
-    buf, record = _run(impl, spec, workload, trace)
-    try:
+    with _run(impl, spec, workload, trace) as (buf, record):
         state = State.of(buf, spec.capacity)
         rows = state.rows
         stored = torch.as_tensor(buf.stored_priority(torch.arange(state.length))).to(torch.float64)
@@ -188,8 +199,6 @@ def test_concurrent_stale_updates_never_land_on_the_new_occupant(impl, data):
                  f"{default:.9g} (its default) or {float(as_updated[slot]):.9g} (the update made for this row)",
                  trace, f"{len(sources)} updates named slot {slot}; a value from another row's update "
                         f"means an update for an earlier occupant landed on this one")
-    finally:
-        _close(buf)
 
 
 @pytest.mark.requires("concurrent")
@@ -208,8 +217,7 @@ def test_concurrent_sampling_matches_closed_form(impl, data):
     spec = BufferSpec(capacity=data.draw(st.integers(2, max(2, min(total, 24))), label="capacity"),
                       seed=data.draw(st.integers(0, 2**16), label="seed"))
     trace = _trace(impl, spec)
-    buf, record = _run(impl, spec, workload, trace)
-    try:
+    with _run(impl, spec, workload, trace) as (buf, record):
         state = State.of(buf, spec.capacity)
         counts = torch.zeros(state.length, dtype=torch.float64)
         held = tags(state.rows)
@@ -234,8 +242,6 @@ def test_concurrent_sampling_matches_closed_form(impl, data):
             fail(f"identical index batches (samples {a} of sampler {record.samples[a].sampler} and "
                  f"{b} of sampler {record.samples[b].sampler})", len(repeats),
                  f"0: independent draws repeat a batch with probability < {bound:.1e}", trace)
-    finally:
-        _close(buf)
 
 
 @pytest.mark.requires("concurrent", "save_load")
@@ -251,34 +257,33 @@ def test_checkpoint_taken_during_writes_is_a_consistent_snapshot(impl, data):
     spec = BufferSpec(capacity=data.draw(capacities_for(workload), label="capacity"))
     trace = _trace(impl, spec)
     tmp = Path(tempfile.mkdtemp(prefix="rbcheck-concurrent-"))
-    buf = loaded = None
+    loaded = None
     try:
-        buf, record = _run(impl, spec, workload, trace, save_to=tmp / "ckpt")
-        loaded = impl.make(spec)
-        trace.op("loaded = load_adapter(...).make(spec); loaded.load(path)")
-        try:
-            loaded.load(tmp / "ckpt")
-        except Exception as err:  # noqa: BLE001
-            fail("load of the checkpoint taken during writes", f"<raised {type(err).__name__}: {err}>",
-                 "a buffer (the snapshot must be consistent)", trace)
-        state = State.of(loaded, spec.capacity)
-        bad = torn_rows(state.rows, workload.totals)
-        if bad:
-            fail("rows of the checkpoint taken during writes: torn or unwritten rows", bad, "none", trace)
-        for what, got, want in ring_problems(state, workload.totals, final=False):
-            fail(f"checkpoint: {what}", got, want, trace, f"tags in ring order: {_tags_in_order(state)}")
-        rows, _ = loaded.sample(4)
-        bad = torn_rows(rows, workload.totals)
-        if bad:
-            fail("sample of the loaded checkpoint: torn or unwritten rows", bad, "none", trace)
-        extra = len(workload.writers)  # a new writer id
-        n = 3
-        slots = torch.as_tensor(loaded.extend(make_rows(extra, 0, n, workload.width))).reshape(-1).tolist()
-        want = [(state.write_count + i) % spec.capacity for i in range(n)]
-        if slots != want or loaded.write_count != state.write_count + n:
-            fail("extend after load: (slots, write_count)", (slots, loaded.write_count),
-                 (want, state.write_count + n), trace)
+        with _run(impl, spec, workload, trace, save_to=tmp / "ckpt"):
+            loaded = impl.make(spec)
+            trace.op("loaded = load_adapter(...).make(spec); loaded.load(path)")
+            try:
+                loaded.load(tmp / "ckpt")
+            except Exception as err:  # noqa: BLE001
+                fail("load of the checkpoint taken during writes", f"<raised {type(err).__name__}: {err}>",
+                     "a buffer (the snapshot must be consistent)", trace)
+            state = State.of(loaded, spec.capacity)
+            bad = torn_rows(state.rows, workload.totals)
+            if bad:
+                fail("rows of the checkpoint taken during writes: torn or unwritten rows", bad, "none", trace)
+            for what, got, want in ring_problems(state, workload.totals, final=False):
+                fail(f"checkpoint: {what}", got, want, trace, f"tags in ring order: {_tags_in_order(state)}")
+            rows, _ = loaded.sample(4)
+            bad = torn_rows(rows, workload.totals)
+            if bad:
+                fail("sample of the loaded checkpoint: torn or unwritten rows", bad, "none", trace)
+            extra = len(workload.writers)  # a new writer id
+            n = 3
+            slots = torch.as_tensor(loaded.extend(make_rows(extra, 0, n, workload.width))).reshape(-1).tolist()
+            want = [(state.write_count + i) % spec.capacity for i in range(n)]
+            if slots != want or loaded.write_count != state.write_count + n:
+                fail("extend after load: (slots, write_count)", (slots, loaded.write_count),
+                     (want, state.write_count + n), trace)
     finally:
-        _close(buf)
         _close(loaded)
         shutil.rmtree(tmp, ignore_errors=True)

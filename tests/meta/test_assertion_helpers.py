@@ -19,6 +19,7 @@ from tensordict import TensorDict
 from rbcheck.harness import assertions
 
 T = torch.tensor
+INF, NAN = float("inf"), float("nan")
 
 
 def _td(x):
@@ -54,9 +55,39 @@ MORE_WRONG = {
     "assert_td_equal keys": lambda: assertions.assert_td_equal(
         "x", _td([1]), TensorDict({"y": T([1])}, batch_size=[1])),
     "assert_close nan": lambda: assertions.assert_close("x", T([float("nan")]), T([1.0]), rtol=1.0),
+    # an expected infinity is matched by the same infinity only, and a finite
+    # expected value never by an infinity (a bound of rtol * inf is inf)
+    "assert_close finite for +inf": lambda: assertions.assert_close("x", T([1.0]), T([INF]), rtol=1e-3),
+    "assert_close finite for -inf": lambda: assertions.assert_close("x", T([1.0]), T([-INF]), rtol=1e-3),
+    "assert_close -inf for +inf": lambda: assertions.assert_close("x", T([-INF]), T([INF]), rtol=1e-3),
+    "assert_close +inf for -inf": lambda: assertions.assert_close("x", T([INF]), T([-INF]), rtol=1e-3),
+    "assert_close +inf for finite": lambda: assertions.assert_close("x", T([INF]), T([1.0]), rtol=1e-3),
     "assert_chi_square lopsided": lambda: assertions.assert_chi_square(
         "x", T([9000.0, 1000.0]), T([0.5, 0.5]), false_alarm=1e-4),
     "assert_binomial impossible": lambda: assertions.assert_binomial("x", 1, 1000, 0.0, false_alarm=1e-4),
+}
+
+
+#: more right inputs (controls) for helpers with several branches
+MORE_RIGHT = {
+    "assert_close same infinities": lambda: assertions.assert_close(
+        "x", T([INF, -INF, 1.0]), T([INF, -INF, 1.0]), rtol=1e-3),
+}
+
+#: inputs a helper refuses as a harness error (a ValueError in the
+#: ``... but should be ...`` form), never as a pass: the check cannot decide
+REFUSED = {
+    # a model without an answer (NaN) cannot decide a comparison; NaN "matching"
+    # NaN would let a buffer's NaN pass wherever the model overflows too
+    "assert_close expected nan": lambda: assertions.assert_close("x", T([1.0]), T([NAN]), rtol=1e-3),
+    "assert_close nan for nan": lambda: assertions.assert_close("x", T([NAN]), T([NAN]), rtol=1.0),
+    "assert_close expected nan, got inf": lambda: assertions.assert_close(
+        "x", T([INF, 1.0]), T([1.0, NAN]), rtol=1e-3),
+    # a bound that is infinite (or negative, or NaN) accepts anything (or nothing)
+    "assert_close atol inf": lambda: assertions.assert_close("x", T([INF]), T([1.0]), rtol=0.0, atol=INF),
+    "assert_close rtol inf": lambda: assertions.assert_close("x", T([5.0]), T([1.0]), rtol=INF),
+    "assert_close rtol nan": lambda: assertions.assert_close("x", T([5.0]), T([1.0]), rtol=NAN),
+    "assert_close atol negative": lambda: assertions.assert_close("x", T([1.0]), T([1.0]), rtol=0.0, atol=-1.0),
 }
 
 
@@ -93,8 +124,17 @@ def test_helper_fails_on_a_wrong_input(name):
     assert "but should be" in str(info.value), f"message={str(info.value)!r}, but should explain itself"
 
 
-@pytest.mark.parametrize("name", sorted(n for n, (_, right) in {**CASES, **HELPERS}.items() if right))
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_helper_refuses_an_input_it_cannot_decide(name):
+    """A harness error naming the argument, never a pass."""
+    with pytest.raises(ValueError, match="but should be") as info:
+        REFUSED[name]()
+    assert not isinstance(info.value, AssertionError)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, (_, right) in {**CASES, **HELPERS}.items() if right) + sorted(MORE_RIGHT))
 def test_helper_passes_a_right_input(name):
     """The control: the same helper accepts a right input."""
-    _, right = CASES.get(name) or HELPERS[name]
+    right = MORE_RIGHT.get(name) or (CASES.get(name) or HELPERS[name])[1]
     right()

@@ -193,3 +193,71 @@ def test_target_params_are_frozen_and_usable_functionally():
         assert torch.equal(net(x), before)
     with pytest.raises(TypeError, match=r"module=dict, but should be a torch.nn.Module"):
         make_target_params({})
+
+
+def _observable(module: torch.nn.Module) -> dict:
+    """What the caller can see of its policy: per tensor value, device, storage
+    and requires_grad; per module the training flag."""
+    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    return {
+        "tensors": {n: (t.detach().clone(), t.device, t.data_ptr(), t.requires_grad)
+                    for n, t in tensors.items()},
+        "training": {n: m.training for n, m in module.named_modules()},
+    }
+
+
+def _same(a: dict, b: dict) -> bool:
+    if a["training"] != b["training"] or a["tensors"].keys() != b["tensors"].keys():
+        return False
+    return all(torch.equal(x[0], y[0]) and x[1:] == y[1:]
+               for x, y in zip(a["tensors"].values(), b["tensors"].values(), strict=True))
+
+
+def test_a_parameter_free_module_asked_for_a_copy_gets_one():
+    empty = torch.nn.Identity()
+    placed = place_policy(empty, "cpu", allow_in_place=False)
+    assert placed is not empty and type(placed) is torch.nn.Identity
+    placed.eval()
+    assert empty.training  # the copy shares no state with the caller's module
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_the_callers_policy_is_untouched_by_a_copy(device):
+    net = Net()
+    net.linear.bias.requires_grad_(False)
+    net.norm.eval()
+    before = _observable(net)
+    placed = place_policy(net, device, allow_in_place=False)
+    assert _same(_observable(net), before)
+    placed.train(not placed.training)
+    with torch.no_grad():
+        for t in (*placed.parameters(), *placed.buffers()):
+            t.add_(1)
+    assert _same(_observable(net), before)
+
+
+def test_the_collector_leaves_the_callers_policy_untouched():
+    from rbcheck.reference.collector import SyncCollector
+    from rbcheck.reference.env import ChainEnv
+
+    class Act(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.tensor(1.0))
+            self.register_buffer("count", torch.tensor(0))
+
+        def forward(self, observation):
+            self.count += 1  # state that changes as the policy runs
+            return (self.weight > 0).to(torch.int64)
+
+    class Sink:
+        def extend(self, td):
+            pass
+
+    policy = Act()
+    before = _observable(policy)
+    collector = SyncCollector(ChainEnv(), policy, Sink(), frames_per_batch=4, allow_in_place=False)
+    collector.collect()
+    assert collector.policy is not policy and int(collector.policy.count) == 4
+    assert _same(_observable(policy), before)
+    assert not _same(_observable(collector.policy), before)  # the comparison can tell a change

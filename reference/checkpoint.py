@@ -30,7 +30,14 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .checkpoint_format import META, TENSORS, CheckpointError, decode, encode, require
+from rbcheck.reference.checkpoint_format import (
+    META,
+    TENSORS,
+    CheckpointError,
+    decode,
+    encode,
+    require,
+)
 
 POINTER, NAME = "CURRENT", re.compile(r"ckpt-[A-Za-z0-9_]+")
 MAX_POINTER_BYTES, MAX_META_BYTES = 256, 1 << 26

@@ -28,9 +28,15 @@ import math
 
 import torch
 
-from .arguments import check_generation, check_index, check_int, check_number, check_priority
-from .random_sampler import check_not_empty
-from .sum_tree import MinTree, SumTree
+from rbcheck.reference.arguments import (
+    check_generation,
+    check_index,
+    check_int,
+    check_number,
+    check_priority,
+)
+from rbcheck.reference.random_sampler import check_not_empty
+from rbcheck.reference.sum_tree import MinTree, SumTree
 
 
 class PrioritizedSampler:

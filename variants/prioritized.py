@@ -35,11 +35,10 @@ import torch
 from rbcheck.reference.arguments import check_generation, check_int, check_priority
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
 from rbcheck.reference.random_sampler import check_not_empty
-
-from . import native
-from .device_storage import TensorPool
-from .device_storage import check_index_fast as check_index
-from .vector_tree import (
+from rbcheck.variants import native
+from rbcheck.variants.device_storage import TensorPool
+from rbcheck.variants.device_storage import check_index_fast as check_index
+from rbcheck.variants.vector_tree import (
     VectorMinTree,
     VectorSumTree,
     find_prefix,

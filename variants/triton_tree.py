@@ -154,7 +154,7 @@ TOP_LOG = 11
 def update_trees(trees, index: torch.Tensor, values, mask=None, block: int = 1024) -> None:
     """Batched update of one or two trees of one capacity (see module doc)."""
     check_available()
-    from .vector_tree import last_writes
+    from rbcheck.variants.vector_tree import last_writes
 
     if not 1 <= len(trees) <= 2:
         raise ValueError(f"len(trees)={len(trees)}, but should be 1 or 2")

@@ -1837,3 +1837,37 @@ POLICY_COPY_MUTANTS = (
 )
 MUTANTS = (*MUTANTS, *POLICY_COPY_MUTANTS)
 __all__ += [m.factory for m in POLICY_COPY_MUTANTS]
+# a save that deletes the user's files (issue 17)
+# --------------------------------------------------------------------------
+
+
+class CleanupTakesEveryCkptBuffer(ReplayBuffer):
+    """Cleans up after a save as rbcheck's reference did before issue 17:
+    ``rmtree`` on every ``ckpt-*`` entry but the live one and ``unlink`` of
+    ``CURRENT.tmp``, so the user's ``ckpt-1000/`` and ``ckpt-best/`` in the
+    same directory are deleted."""
+
+    def dumps(self, path) -> None:
+        import re
+        import shutil
+
+        super().dumps(path)
+        path = Path(path)
+        live = (path / "CURRENT").read_text().strip()
+        (path / "CURRENT.tmp").unlink(missing_ok=True)
+        for old in path.glob("ckpt-*"):
+            if old.name != live and re.fullmatch(r"ckpt-[A-Za-z0-9_]+", old.name):
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def save_deletes_the_users_ckpt_dirs():
+    return _adapter("save-deletes-the-users-ckpt-dirs", CleanupTakesEveryCkptBuffer)
+
+
+MUTANTS = (*MUTANTS, Mutant(
+    "save_deletes_the_users_ckpt_dirs",
+    "a save that deletes the user's files beside the checkpoint",
+    ("test_checkpoint_user_files.py",),
+    ("test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical",),
+))
+__all__ += ["save_deletes_the_users_ckpt_dirs"]

@@ -5,19 +5,19 @@ The buffer is every module but ``policy.py``, ``collector.py`` and ``env.py`` (p
 and a tiny collector over a toy environment, which use the buffer and are not part of it).
 """
 
-from .buffer import ReplayBuffer
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .collector import SyncCollector
-from .env import ChainEnv
-from .pinning import pin_sample, require_accelerator
-from .policy import NotCopyableError, make_target_params, place_policy
-from .prioritized_sampler import PrioritizedSampler
-from .random_sampler import RandomSampler
-from .slice_sampler import SliceSampler
-from .storage import TensorStorage
-from .sum_tree import MinTree, SumTree
-from .transforms import Compose, Transform
-from .writer import RoundRobinWriter
+from rbcheck.reference.buffer import ReplayBuffer
+from rbcheck.reference.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rbcheck.reference.collector import SyncCollector
+from rbcheck.reference.env import ChainEnv
+from rbcheck.reference.pinning import pin_sample, require_accelerator
+from rbcheck.reference.policy import NotCopyableError, make_target_params, place_policy
+from rbcheck.reference.prioritized_sampler import PrioritizedSampler
+from rbcheck.reference.random_sampler import RandomSampler
+from rbcheck.reference.slice_sampler import SliceSampler
+from rbcheck.reference.storage import TensorStorage
+from rbcheck.reference.sum_tree import MinTree, SumTree
+from rbcheck.reference.transforms import Compose, Transform
+from rbcheck.reference.writer import RoundRobinWriter
 
 __all__ = [
     "ChainEnv", "CheckpointError", "Compose", "MinTree", "NotCopyableError", "PrioritizedSampler",

@@ -28,12 +28,12 @@ import copy
 import torch
 from tensordict import TensorDictBase
 
-from . import pinning
-from .arguments import as_generator, check_index, check_int
-from .checkpoint import load_checkpoint, save_checkpoint
-from .random_sampler import RandomSampler
-from .storage import TensorStorage
-from .writer import RoundRobinWriter
+from rbcheck.reference import pinning
+from rbcheck.reference.arguments import as_generator, check_index, check_int
+from rbcheck.reference.checkpoint import load_checkpoint, save_checkpoint
+from rbcheck.reference.random_sampler import RandomSampler
+from rbcheck.reference.storage import TensorStorage
+from rbcheck.reference.writer import RoundRobinWriter
 
 
 class ReplayBuffer:

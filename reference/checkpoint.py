@@ -6,8 +6,14 @@
 Contract
 --------
 * ``save_checkpoint(buffer, path)`` writes a NEW sub-directory, fsyncs it, then swaps
-  ``CURRENT`` with ``os.replace`` and only then deletes the older sub-directories. A crash at
-  any point leaves the previous checkpoint loadable.
+  ``CURRENT`` with ``os.replace`` and only then deletes the previous checkpoint and what crashed
+  saves left. A crash at any point leaves the previous checkpoint loadable.
+* A save never touches what it did not write: ``path`` may hold the user's files (a run
+  directory with ``ckpt-1000/model.pt``, ``ckpt-best/``). It removes only the sub-directory
+  ``CURRENT`` named and its own leftovers, recognised by an unguessable name
+  (``ckpt-rbcheck_<16 hex>/``, ``CURRENT.rbcheck_<16 hex>.tmp``), and a sub-directory only
+  while it holds nothing but ``meta.json`` and ``tensors.safetensors``. A ``CURRENT`` that is
+  not an rbcheck pointer is the user's: the save raises ``CheckpointError`` and writes nothing.
 * ``load_checkpoint(buffer, path)`` never unpickles and never follows a symlink: ``CURRENT``
   must name a ``ckpt-*`` sub-directory holding exactly the two regular files, each within a size
   cap. The files are decoded and checked (``checkpoint_format.decode``), then the state against
@@ -25,14 +31,22 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 
-from .checkpoint_format import META, TENSORS, CheckpointError, decode, encode, require
+from rbcheck.reference.checkpoint_format import (
+    META,
+    TENSORS,
+    CheckpointError,
+    decode,
+    encode,
+    require,
+)
 
 POINTER, NAME = "CURRENT", re.compile(r"ckpt-[A-Za-z0-9_]+")
+OWN_DIR, OWN_POINTER = re.compile(r"ckpt-rbcheck_[0-9a-f]{16}"), re.compile(r"CURRENT\.rbcheck_[0-9a-f]{16}\.tmp")
 MAX_POINTER_BYTES, MAX_META_BYTES = 256, 1 << 26
 
 
@@ -52,24 +66,48 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _previous(path: Path) -> str | None:
+    """The sub-directory ``path/CURRENT`` names (None: no pointer); refuses the user's file."""
+    if not os.path.lexists(path / POINTER):
+        return None
+    hint = "; it is not rbcheck's, so nothing was written: save into another directory"
+    mode = os.lstat(path / POINTER).st_mode
+    require(stat.S_ISREG(mode), f"{POINTER} is {stat.filemode(mode)}, but should be a regular file{hint}")
+    try:
+        name = _read(path / POINTER, MAX_POINTER_BYTES).decode("ascii", "replace")
+    except CheckpointError as error:
+        raise CheckpointError(f"{error}{hint}") from error
+    require(name.endswith("\n") and bool(NAME.fullmatch(name[:-1])),
+            f"{POINTER}={name!r:.80}, but should be an rbcheck pointer ('ckpt-...\\n'){hint}")
+    return name[:-1]
+
+
+def _is_checkpoint_dir(sub: Path) -> bool:
+    """A real directory holding nothing but (some of) a checkpoint's regular files."""
+    return not sub.is_symlink() and sub.is_dir() and all(
+        f.name in (META, TENSORS) and f.is_file() and not f.is_symlink() for f in sub.iterdir())
+
+
 def save_checkpoint(buffer, path) -> None:
     """Atomically write ``buffer``'s state as a checkpoint directory at ``path``."""
     path = Path(path)
     text, blob = encode(buffer.state_dict())  # everything is serialised before the disk is touched
+    previous = _previous(path) if path.is_dir() else None
     path.mkdir(parents=True, exist_ok=True)
-    new = Path(tempfile.mkdtemp(prefix="ckpt-", dir=path))
+    token = secrets.token_hex(8)
+    new, pointer = path / f"ckpt-rbcheck_{token}", path / f"{POINTER}.rbcheck_{token}.tmp"
+    new.mkdir(mode=0o700)
     for name, data in ((TENSORS, blob), (META, text)):
         _write(new / name, data)
     _fsync_dir(new)
-    pointer = path / (POINTER + ".tmp")
-    pointer.unlink(missing_ok=True)  # a leftover of a crashed save
     _write(pointer, new.name.encode() + b"\n")
     os.replace(pointer, path / POINTER)  # the commit point
     _fsync_dir(path)
-    for old in path.glob("ckpt-*"):  # the previous checkpoint and leftovers of crashed saves
-        # by name: mkdtemp returns an absolute path from Python 3.12 on, glob a relative one
-        if old.name != new.name and NAME.fullmatch(old.name):
-            shutil.rmtree(old, ignore_errors=True)
+    for old in os.listdir(path):  # the previous checkpoint and leftovers of crashed saves
+        if OWN_POINTER.fullmatch(old) and (path / old).is_file() and not (path / old).is_symlink():
+            (path / old).unlink()
+        elif old != new.name and (old == previous or OWN_DIR.fullmatch(old)) and _is_checkpoint_dir(path / old):
+            shutil.rmtree(path / old, ignore_errors=True)
 
 
 def _read(file: Path, limit: int) -> bytes:

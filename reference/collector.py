@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from .policy import place_policy
+from rbcheck.reference.policy import place_policy
 
 
 class SyncCollector:

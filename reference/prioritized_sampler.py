@@ -33,7 +33,7 @@ import math
 
 import torch
 
-from .arguments import (
+from rbcheck.reference.arguments import (
     check_generation,
     check_index,
     check_int,
@@ -41,8 +41,8 @@ from .arguments import (
     check_priority,
     transform_priority,
 )
-from .random_sampler import check_not_empty
-from .sum_tree import MinTree, SumTree
+from rbcheck.reference.random_sampler import check_not_empty
+from rbcheck.reference.sum_tree import MinTree, SumTree
 
 
 class PrioritizedSampler:

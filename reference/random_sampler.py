@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .arguments import check_int
+from rbcheck.reference.arguments import check_int
 
 
 def check_not_empty(storage) -> None:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from .arguments import check_int
-from .random_sampler import check_not_empty
+from rbcheck.reference.arguments import check_int
+from rbcheck.reference.random_sampler import check_not_empty
 
 
 class SliceSampler:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from .arguments import READABLE_DEVICES, check_index, check_int, last_occurrence
+from rbcheck.reference.arguments import READABLE_DEVICES, check_index, check_int, last_occurrence
 
 
 def columns(data: TensorDictBase | None) -> dict[tuple[str, ...], torch.Tensor]:

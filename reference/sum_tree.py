@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .arguments import check_index, check_int, last_occurrence
+from rbcheck.reference.arguments import check_index, check_int, last_occurrence
 
 
 class _Tree:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .arguments import check_int
+from rbcheck.reference.arguments import check_int
 
 
 class RoundRobinWriter:

@@ -15,12 +15,12 @@ and its random stream, and is checked against it in ``tests/variants`` and by th
 (``pytest rbcheck/conformance --impl device`` / ``--impl triton``).
 """
 
-from .buffer import ReplayBuffer
-from .device_storage import DeviceStorage, DeviceWriter, default_device
-from .prioritized import PrioritizedSampler
-from .random_sampler import RandomSampler
-from .slice import SliceSampler
-from .vector_tree import VectorMinTree, VectorSumTree
+from rbcheck.variants.buffer import ReplayBuffer
+from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, default_device
+from rbcheck.variants.prioritized import PrioritizedSampler
+from rbcheck.variants.random_sampler import RandomSampler
+from rbcheck.variants.slice import SliceSampler
+from rbcheck.variants.vector_tree import VectorMinTree, VectorSumTree
 
 __all__ = [
     "DeviceStorage", "DeviceWriter", "PrioritizedSampler", "RandomSampler",

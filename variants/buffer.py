@@ -34,10 +34,14 @@ from tensordict import TensorDictBase
 
 from rbcheck.reference import pinning
 from rbcheck.reference.buffer import ReplayBuffer as ReferenceReplayBuffer
-
-from . import native
-from .device_storage import DeviceStorage, DeviceWriter, check_index_fast, default_device
-from .random_sampler import RandomSampler
+from rbcheck.variants import native
+from rbcheck.variants.device_storage import (
+    DeviceStorage,
+    DeviceWriter,
+    check_index_fast,
+    default_device,
+)
+from rbcheck.variants.random_sampler import RandomSampler
 
 
 class ReplayBuffer(ReferenceReplayBuffer):

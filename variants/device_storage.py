@@ -55,8 +55,7 @@ from tensordict import TensorDict, TensorDictBase
 from rbcheck.reference.arguments import as_tensor, check_index, check_int
 from rbcheck.reference.storage import TensorStorage, columns
 from rbcheck.reference.writer import RoundRobinWriter, ring_generation
-
-from . import native
+from rbcheck.variants import native
 
 
 def check_index_fast(index, high: int, name: str = "index") -> torch.Tensor:

@@ -45,11 +45,10 @@ from rbcheck.reference.arguments import (
 )
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
 from rbcheck.reference.random_sampler import check_not_empty
-
-from . import native
-from .device_storage import TensorPool
-from .device_storage import check_index_fast as check_index
-from .vector_tree import (
+from rbcheck.variants import native
+from rbcheck.variants.device_storage import TensorPool
+from rbcheck.variants.device_storage import check_index_fast as check_index
+from rbcheck.variants.vector_tree import (
     VectorMinTree,
     VectorSumTree,
     find_prefix,

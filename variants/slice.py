@@ -32,8 +32,7 @@ import torch
 
 from rbcheck.reference.random_sampler import check_not_empty
 from rbcheck.reference.slice_sampler import SliceSampler as ReferenceSliceSampler
-
-from .device_storage import ring_slices
+from rbcheck.variants.device_storage import ring_slices
 
 
 class SliceSampler(ReferenceSliceSampler):

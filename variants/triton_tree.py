@@ -41,7 +41,7 @@ import os
 
 import torch
 
-from .last_writes import last_writes
+from rbcheck.variants.last_writes import last_writes
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

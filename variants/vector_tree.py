@@ -51,9 +51,8 @@ import torch
 
 from rbcheck.reference.arguments import check_index
 from rbcheck.reference.sum_tree import MinTree, SumTree
-
-from . import native
-from .last_writes import last_writes
+from rbcheck.variants import native
+from rbcheck.variants.last_writes import last_writes
 
 BACKENDS = ("torch", "triton")
 
@@ -67,7 +66,9 @@ class _VectorTree:
             raise ValueError(f"backend={backend!r}, but should be one of {BACKENDS}")
         self.device, self.backend = torch.device(device), backend
         if backend == "triton":
-            from . import triton_tree  # sets TRITON_INTERPRET first when there is no CUDA
+            from rbcheck.variants import (
+                triton_tree,  # sets TRITON_INTERPRET first when there is no CUDA
+            )
 
             triton_tree.check_available()
         self.depth = self.size.bit_length() - 1
@@ -162,7 +163,7 @@ def find_prefix(tree: VectorSumTree, mass: torch.Tensor, index=None, leaf=None, 
     / ``leaf`` are optional output tensors (int64 / float64, like ``mass``);
     ``work`` an optional dict the torch path keeps its temporaries in."""
     if tree.backend == "triton" and (mass.is_cuda or interpreting()):
-        from .triton_tree import find_prefix as triton_find_prefix
+        from rbcheck.variants.triton_tree import find_prefix as triton_find_prefix
 
         return triton_find_prefix(tree.nodes, mass, tree.size, index=index, leaf=leaf)
     if mass.dtype == torch.float64 and native.usable(tree.raw_nodes, mass):  # reads no shadow level
@@ -257,7 +258,7 @@ def apply_updates(trees, index: torch.Tensor, values, mask=None, try_native=True
     among ``mask``), then refresh the touched parents. Trees share a capacity."""
     first = trees[0]
     if first.backend == "triton" and (index.is_cuda or interpreting()):
-        from .triton_tree import update_trees
+        from rbcheck.variants.triton_tree import update_trees
 
         update_trees(trees, index, values, mask)
         return

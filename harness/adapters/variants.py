@@ -27,7 +27,7 @@ CAPABILITIES = frozenset({
 
 
 def _components(backend: str) -> SimpleNamespace:
-    import variants
+    from rbcheck import variants
 
     return SimpleNamespace(
         TensorStorage=variants.DeviceStorage,

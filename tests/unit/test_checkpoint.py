@@ -4,6 +4,7 @@ validation before mutation, bit-exact round trip and identical next samples."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import struct
 from pathlib import Path
@@ -125,24 +126,18 @@ def test_save_swaps_pointer_and_removes_the_old_subdirectory(saved):
     assert sorted(p.name for p in path.iterdir()) == sorted(["CURRENT", current(path).name])
 
 
-@pytest.mark.parametrize("absolute_mkdtemp", [False, True])
-def test_save_to_a_relative_path_keeps_the_new_checkpoint(tmp_path, monkeypatch, absolute_mkdtemp):
-    """A relative path, also where ``tempfile.mkdtemp`` returns an absolute one
-    (Python 3.12 and later): the cleanup of older sub-directories must not
-    take the one just written for an old one (it did, found on Python 3.12)."""
-    import tempfile
-
+def test_save_to_a_relative_path_keeps_the_new_checkpoint(tmp_path, monkeypatch):
+    """A relative path: the cleanup of older sub-directories must not take
+    the one just written for an old one (it did when ``tempfile.mkdtemp``
+    returned an absolute name, found on Python 3.12)."""
     monkeypatch.chdir(tmp_path)
-    if absolute_mkdtemp:
-        real = tempfile.mkdtemp
-        monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: str(Path(real(**kw)).resolve()))
     rb = prioritized()
     rb.extend(data(5))
     rb.dumps("relative")
     rb.dumps("relative")  # a second save replaces the first
     fresh = prioritized(seed=9)
     fresh.loads("relative")
-    same(fresh.storage.data, rb.storage.data)
+    assert same(fresh.state_dict()["storage"], rb.state_dict()["storage"])
     assert sorted(p.name for p in Path("relative").iterdir()) == sorted(["CURRENT", current(Path("relative")).name])
 
 
@@ -241,3 +236,93 @@ def test_empty_and_slice_buffers_round_trip(tmp_path):
     assert (other.sampler.slice_len, other.sampler.num_slices) == (2, None)
     assert other.sampler.episode_key == ("next", "obs") and other.sampler.strict_length is False
     assert same(rb.sample(4)[1], other.sample(4)[1])
+
+
+# ------------------------------------------- the user's files next to a checkpoint
+
+#: What a user keeps in a run directory, names like rbcheck's included: a
+#: model checkpoint in ``ckpt-1000/``, an empty ``ckpt-best/``, a directory
+#: named as an old mkdtemp name, a file named as the old temporary pointer.
+USER_FILES = {
+    "notes.txt": b"lr=3e-4\n",
+    "ckpt-1000/model.pt": b"\x80\x04weights",
+    "ckpt-abcd1234/meta.json": b"{}",
+    "ckpt-best/nested/deep/opt.bin": bytes(range(256)),
+    "CURRENT.tmp": b"mine\n",
+}
+USER_DIRS = ("ckpt-best", "ckpt-empty", "ckpt-rbcheck_mine")
+
+
+def users_run_directory(path: Path) -> dict[str, bytes]:
+    for name, data in USER_FILES.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(data)
+    for name in USER_DIRS:
+        (path / name).mkdir(exist_ok=True)
+    tops = {name.split("/")[0] for name in (*USER_FILES, *USER_DIRS)}
+    return {name: data for name, data in tree(path).items() if name.split("/")[0] in tops}
+
+
+def tree(path: Path) -> dict[str, bytes | None]:
+    """Every entry under ``path``: a file's bytes, None for a directory."""
+    return {p.relative_to(path).as_posix(): None if p.is_dir() else p.read_bytes() for p in path.rglob("*")}
+
+
+def written_by_the_save(path: Path, user: dict) -> list[str]:
+    """The top-level entries of ``path`` that are not the user's."""
+    return sorted(set(os.listdir(path)) - {name.split("/")[0] for name in user})
+
+
+def test_save_leaves_the_users_files_byte_identical(tmp_path):
+    """A save into a run directory changes none of the user's files and
+    directories, whatever their names; after each save there is exactly the
+    pointer and one checkpoint besides them, and it loads."""
+    path = tmp_path / "runs" / "exp1"
+    path.mkdir(parents=True)
+    user = users_run_directory(path)
+    rb = prioritized()
+    rb.extend(data(8))
+    for round_ in range(3):
+        rb.add(data(1, 40 + round_)[0])
+        rb.dumps(path)
+        after = {name: data for name, data in tree(path).items() if name in user}
+        assert after == user, f"save {round_ + 1}: the user's entries changed"
+        assert written_by_the_save(path, user) == sorted(["CURRENT", current(path).name])
+        other = prioritized(seed=7)
+        other.loads(path)
+        assert same(other.state_dict(), rb.state_dict())
+
+
+def test_save_refuses_a_directory_whose_pointer_file_is_not_rbchecks(tmp_path):
+    """A ``CURRENT`` that is not an rbcheck pointer (here LevelDB's) is the
+    user's: the save raises, naming it, and writes nothing."""
+    (tmp_path / "CURRENT").write_bytes(b"MANIFEST-000001\n")
+    before = tree(tmp_path)
+    rb = prioritized()
+    rb.extend(data(3))
+    with pytest.raises(CheckpointError, match=r"CURRENT=.*MANIFEST-000001.*but should be"):
+        rb.dumps(tmp_path)
+    assert tree(tmp_path) == before
+
+
+def test_save_removes_the_previous_checkpoint_and_its_own_leftovers_only(saved, monkeypatch):
+    """The next save removes the checkpoint ``CURRENT`` named (written by an
+    older rbcheck too) and what crashed saves left, never the user's entries."""
+    rb, path = saved
+    user = users_run_directory(path)
+    legacy = path / "ckpt-legacy01"  # an older rbcheck's name for a checkpoint
+    current(path).rename(legacy)
+    (path / "CURRENT").write_text("ckpt-legacy01\n")
+    rb.add(data(1, 50)[0])
+
+    def crash(*args):
+        raise OSError("power cut")
+
+    monkeypatch.setattr(checkpoint.os, "replace", crash)
+    with pytest.raises(OSError, match="power cut"):
+        rb.dumps(path)  # leaves a new sub-directory and a temporary pointer
+    monkeypatch.undo()
+    assert len(written_by_the_save(path, user)) == 4  # CURRENT, the legacy one, the crashed save's two
+    rb.dumps(path)
+    assert written_by_the_save(path, user) == sorted(["CURRENT", current(path).name])
+    assert {name: data for name, data in tree(path).items() if name in user} == user

@@ -195,6 +195,14 @@ CATALOGUE: tuple[Invariant, ...] = (
         "property yet for long update sequences and boundary masses",
     ),
     Invariant(
+        "checkpoint_touches_only_its_own", number=15,
+        statement="a checkpoint touches only what it wrote: saving into a directory never deletes or "
+        "rewrites the user's other files",
+        properties=("test_checkpoint_user_files::test_saving_into_a_directory_with_the_users_files_leaves_them_"
+                    "byte_identical",),
+        real_bugs=("rbcheck issue 17 (dumps removed every ckpt-* entry)",),
+    ),
+    Invariant(
         "sampling_distribution",
         statement="every sampler draws as its closed form says: uniform over the held slots, "
         "proportional to the stored priorities, independently within a batch (or as declared), and "

@@ -191,10 +191,11 @@ _EXPECTED_FORM = "a list of rbcheck.ExpectedFailure(id, message, reason)"
 def _expected(expected_failures: Iterable[ExpectedFailure] | None) -> list | None:
     """``expected_failures`` as the plugin's known failures (checked, with
     the known-failures file's rules), or None: the adapter's own file."""
-    from rbcheck.harness.pytest_plugin import known_failure, property_to_file_id, seed_invariant_of
-
     if expected_failures is None:
         return None
+    # not at the top: a collection-time call with none must not import the plugin
+    from rbcheck.harness.pytest_plugin import known_failure, property_to_file_id, seed_invariant_of
+
     if isinstance(expected_failures, Mapping):
         raise TypeError(
             f"expected_failures={dict(expected_failures)!r} (the old {{id: reason}} form), but should be "

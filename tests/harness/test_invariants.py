@@ -10,7 +10,9 @@ import pytest
 from rbcheck.checks import properties
 from rbcheck.harness import invariants
 from rbcheck.harness.invariants import CATALOGUE, base_id, seed_invariant_of
-from rbcheck.harness.mutants import MUTANTS
+from tests.mutants.registry import all_mutants
+
+MUTANTS = all_mutants()
 
 
 def test_ids_are_unique_and_entries_say_what_they_cover():

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rbcheck.harness.mutants import MUTANTS, Mutant
+from rbcheck.harness.mutants import Mutant
+from tests.mutants.registry import all_mutants
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = ROOT / "rbcheck" / "conformance"
@@ -35,6 +36,20 @@ CONFORMANCE = ROOT / "rbcheck" / "conformance"
 #: machine runs them at a fraction of a core while failures are being shrunk.
 TIMEOUT_S = 600
 CAUGHT: list[tuple[str, str, str, str]] = []  # (mutant, bug class, caught by, message)
+#: Every mutant: those of rbcheck.harness.mutants and those declared in tests/mutants.
+MUTANTS = all_mutants()
+
+
+def impl_of(mutant) -> str:
+    """The adapter string of a mutant (``--impl``)."""
+    return getattr(mutant, "impl", None) or f"rbcheck.harness.mutants:{mutant.factory}"
+
+
+def control_of(mutant) -> str:
+    """The adapter string of a mutant's control, or "reference"."""
+    if mutant.control == "reference" or ":" in mutant.control:
+        return mutant.control
+    return f"rbcheck.harness.mutants:{mutant.control}"
 
 
 @pytest.fixture(autouse=True)
@@ -190,7 +205,7 @@ def assert_outcomes(who: str, future: Future, results: Path, targets, want: str 
 
 
 def _control_args(control: str = "reference") -> tuple[list[str], list[str]]:
-    chosen = [m for m in MUTANTS if m.control == control]
+    chosen = [m for m in MUTANTS if control_of(m) == control]
     files = sorted({f for m in chosen for f in m.files})
     targets = sorted({t for m in chosen for t in m.targets})
     return files, targets
@@ -199,7 +214,7 @@ def _control_args(control: str = "reference") -> tuple[list[str], list[str]]:
 #: Controls other than the reference: correct adapters that declare the
 #: conventions their mutants declare (e.g. float32 trees), so a catch is the
 #: mutant's bug and not the convention.
-CONTROLS = sorted({m.control for m in MUTANTS} - {"reference"})
+CONTROLS = sorted({control_of(m) for m in MUTANTS} - {"reference"})
 
 
 @pytest.fixture(scope="module")
@@ -230,20 +245,15 @@ def runs(request):
             if f"control:{control}" not in selected:
                 continue
             files, targets = _control_args(control)
-            path = tmp / f"control-{control}.json"
-            future = pool.submit(
-                run_conformance, f"rbcheck.harness.mutants:{control}", files, targets, path
-            )
+            path = tmp / f"control-{control.replace(':', '-')}.json"
+            future = pool.submit(run_conformance, control, files, targets, path)
             jobs[f"control:{control}"] = (future, path)
         for m in MUTANTS:
             if m.factory not in selected:
                 continue
             path = tmp / f"{m.factory}.json"
             device = ("--rbcheck-device", "cuda") if m.needs_cuda and torch.cuda.is_available() else ()
-            future = pool.submit(
-                run_conformance, f"rbcheck.harness.mutants:{m.factory}", m.files, m.targets, path,
-                device,
-            )
+            future = pool.submit(run_conformance, impl_of(m), m.files, m.targets, path, device)
             jobs[m.factory] = (future, path)
         yield jobs
         for future, _ in jobs.values():
@@ -266,7 +276,7 @@ def test_mutant_is_caught(mutant: Mutant, runs):
                     "the runs use --rbcheck-device cuda there)")
     future, results = runs[mutant.factory]
     _, tail, _, _ = assert_caught(mutant, future, results)
-    impl_arg = f"rbcheck.harness.mutants:{mutant.factory}"
+    impl_arg = impl_of(mutant)
     snippets = repros(results)
     assert snippets, f"repro snippets of the failures={snippets}, but should be at least one\n{tail}"
     for snippet in snippets:

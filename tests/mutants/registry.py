@@ -1,0 +1,118 @@
+"""The registry of mutants: deliberately broken implementations that the
+conformance suite must catch (tests/meta/test_mutants_caught.py).
+
+A mutant is a factory returning an adapter, declared once with what it
+breaks and which properties must catch it::
+
+    @mutant(bug="priorities transformed twice on add",
+            catches=("test_priorities::test_transform_applied_once",),
+            reproduces="pytorch/rl #2534")
+    def priority_transformed_twice_on_add():
+        return adapter("priority_transformed_twice_on_add", ...)
+
+``catches`` names conformance properties as ``<file stem>::<test name>``;
+each is checked against the suite when the mutant is declared, so a renamed
+property fails at import instead of making a meta test vacuous. ``control``
+is the correct implementation that must pass the same properties:
+``"reference"``, or a factory marked with :func:`control` when the mutant
+declares a convention (a float32 tree, say), so that each catch is the
+mutant's bug and never the convention.
+
+The modules of this package group mutants by the class of bug they plant;
+:func:`discover` imports them all. Nothing here ships in the wheel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    factory: str  # the factory's name in its module
+    bug: str  # the bug class it plants
+    files: tuple[str, ...]  # conformance files to run (relative to rbcheck/conformance)
+    targets: tuple[str, ...]  # test names; at least one must fail
+    control: str = REFERENCE  # "reference" or the control's adapter string (module:factory)
+    reproduces: str = ""  # the public issue / PR a historic mutant is modelled on
+    needs_cuda: bool = False  # observable only on a CUDA buffer (--rbcheck-device cuda)
+    module: str = ""  # the module that defines the factory
+
+    @property
+    def impl(self) -> str:
+        """The adapter string of the mutant (``--impl``)."""
+        return f"{self.module}:{self.factory}"
+
+
+#: Every declared mutant, in declaration order.
+MUTANTS: list[Mutant] = []
+
+
+def _property_ids() -> frozenset[str]:
+    from rbcheck.checks import properties
+
+    return frozenset(properties())
+
+
+def _adapter_string(fn: Callable | str) -> str:
+    return fn if isinstance(fn, str) else f"{fn.__module__}:{fn.__name__}"
+
+
+def control(fn: Callable) -> Callable:
+    """Mark a factory as a control (a correct implementation declaring a
+    convention); it is referred to by ``mutant(control=fn)``."""
+    fn.rbcheck_control = True
+    return fn
+
+
+def mutant(*, bug: str, catches: tuple[str, ...], control: Callable | str = REFERENCE,
+           reproduces: str = "", needs_cuda: bool = False) -> Callable[[Callable], Callable]:
+    """Declare the decorated factory a mutant (see the module docstring)."""
+    if isinstance(catches, str) or not catches:
+        raise ValueError(f"catches={catches!r}, but should be a non-empty tuple of property ids")
+    known = _property_ids()
+    unknown = [c for c in catches if c not in known]
+    if unknown:
+        raise ValueError(f"catches={unknown}, but should name properties of the suite "
+                         f"(<file stem>::<test name>, `rbcheck list`)")
+    if not isinstance(control, str) and not getattr(control, "rbcheck_control", False):
+        raise ValueError(f"control={control!r}, but should be 'reference' or a factory marked @control")
+
+    def declare(fn: Callable) -> Callable:
+        if any(m.factory == fn.__name__ for m in MUTANTS):
+            raise ValueError(f"mutant {fn.__name__!r} is declared twice, but should be once")
+        files = tuple(sorted({c.split("::")[0] + ".py" for c in catches}))
+        targets = tuple(dict.fromkeys(c.split("::")[1] for c in catches))
+        MUTANTS.append(Mutant(fn.__name__, bug, files, targets, _adapter_string(control), reproduces,
+                              needs_cuda, fn.__module__))
+        return fn
+
+    return declare
+
+
+def discover() -> tuple[Mutant, ...]:
+    """Import every module of this package; every declared mutant."""
+    import tests.mutants as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "registry":
+            importlib.import_module(f"{package.__name__}.{info.name}")
+    return tuple(MUTANTS)
+
+
+def all_mutants() -> tuple:
+    """Every mutant: those still in ``rbcheck.harness.mutants`` (moving here)
+    and those declared in this package."""
+    from rbcheck.harness.mutants import MUTANTS as in_harness
+
+    return (*in_harness, *discover())
+
+
+def historic() -> tuple:
+    """The mutants modelled on a public issue (``reproduces`` set)."""
+    return tuple(m for m in all_mutants() if m.reproduces)

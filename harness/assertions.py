@@ -5,7 +5,7 @@ followed by a repro snippet: the adapter (the ``--impl`` string the run was
 given), the :class:`BufferSpec` and the operations the test performed, as
 Python that runs as pasted in a fresh interpreter (tests/meta runs each one).
 
-Kinds of check (DESIGN.md):
+Kinds of check (docs/design.md):
 
 * exact -- :func:`assert_tensor_equal`, :func:`assert_td_equal`,
   :func:`assert_same` (values, dtype, device, shape; bit-identical; NaN is a
@@ -76,19 +76,12 @@ def fmt(x: Any) -> str:
 
 
 def loadable_name(adapter: Any) -> str:
-    """The name ``load_adapter`` accepts for ``adapter``: the ``--impl``
-    argument of this pytest run when it selected this adapter (e.g.
-    ``"pkg.module:factory"``), else the adapter's own name."""
-    try:
-        from rbcheck.harness import pytest_plugin
-
-        state = getattr(pytest_plugin, "_current", None)
-        name = adapter if isinstance(adapter, str) else getattr(adapter, "name", None)
-        if state is not None and (state.adapter is adapter or name == state.adapter.name):
-            return str(state.impl_name)  # also a --rbcheck-device copy, or the adapter's name
-    except Exception:  # noqa: BLE001 - the name is only used in messages
-        pass
-    return str(getattr(adapter, "name", adapter))
+    """The name ``load_adapter`` accepts for ``adapter``: the string it was
+    loaded from (``Adapter.source``, e.g. ``"pkg.module:factory"``), else
+    its own name."""
+    if isinstance(adapter, str):
+        return adapter
+    return str(getattr(adapter, "source", "") or getattr(adapter, "name", adapter))
 
 
 class Trace:
@@ -186,18 +179,59 @@ class _Traced:
 # --------------------------------------------------------------------------
 
 
+class PropertyFailure(AssertionError):
+    """A property's verdict on an implementation: ``<what>=<got>, but should
+    be <expected>``, the call that showed it, and a snippet that replays it.
+    The fields reach the report and the results JSON as they are (the plugin
+    reads them from the exception); ``str()`` is the whole message, repro
+    included, as pytest prints it. Reports name it by its builtin base
+    (``reported_as``), so a known-failure pattern ``^AssertionError: ...``
+    matches it as it always has."""
+
+    reported_as = "AssertionError"
+
+    def __init__(self, what: str, got: str, expected: str, call: str = "", detail: str = "",
+                 repro: str = "", adapter: str = ""):
+        self.what, self.got, self.expected, self.call = what, got, expected, call
+        self.detail, self.repro, self.adapter = detail, repro, adapter
+        super().__init__(self.own_message + self.repro_text)
+
+    @property
+    def own_message(self) -> str:
+        """The message without the repro snippet (what known failures match)."""
+        msg = f"{self.what}={self.got}, but should be {self.expected}"
+        if self.call:
+            msg += f" [{self.call}]"
+        if self.detail:
+            msg += f"\n  {self.detail}"
+        return msg
+
+    @property
+    def repro_text(self) -> str:
+        return f"\nRepro (adapter {self.adapter!r}):\n" + _indent(self.repro) if self.repro else ""
+
+
+class ModelError(ValueError):
+    """The model has no answer for a check (a harness bug, not a verdict);
+    carries the call and the repro snippet as :class:`PropertyFailure` does."""
+
+    reported_as = "ValueError"
+
+    def __init__(self, message: str, call: str = "", repro: str = "", adapter: str = ""):
+        self.message, self.call, self.repro, self.adapter = message, call, repro, adapter
+        self.own_message = message + (f" [{call}]" if call else "")
+        tail = f"\nRepro (adapter {adapter!r}):\n" + _indent(repro) if repro else ""
+        super().__init__(self.own_message + tail)
+
+
 def fail(what: str, got: Any, expected: Any, trace: Trace | None = None, detail: str = "") -> None:
-    """Raise ``AssertionError("<what>=<got>, but should be <expected> [<call>(<spec>)]")``."""
+    """Raise :class:`PropertyFailure` (``"<what>=<got>, but should be <expected> [<call>(<spec>)]"``)."""
     got_s = got if isinstance(got, str) and got.startswith("<") else fmt(got)
     exp_s = expected if isinstance(expected, str) else fmt(expected)
-    msg = f"{what}={got_s}, but should be {exp_s}"
-    if trace is not None:
-        msg += f" [{trace.last_call}({trace.spec!r})]"
-    if detail:
-        msg += f"\n  {detail}"
-    if trace is not None:
-        msg += f"\nRepro (adapter {trace.adapter!r}):\n" + _indent(trace.snippet())
-    raise AssertionError(msg)
+    if trace is None:
+        raise PropertyFailure(what, got_s, exp_s, detail=detail)
+    raise PropertyFailure(what, got_s, exp_s, f"{trace.last_call}({trace.spec!r})", detail,
+                          trace.snippet(), trace.adapter)
 
 
 def _indent(text: str) -> str:
@@ -417,10 +451,9 @@ def assert_close(
             f"assert_close: expected {what} (NaN at {where})={fmt(e)}, but should be finite or "
             f"+-inf: the model has no answer there, so the check cannot decide (a harness bug)"
         )
-        if trace is not None:
-            msg += f" [{trace.last_call}({trace.spec!r})]\nRepro (adapter {trace.adapter!r}):\n"
-            msg += _indent(trace.snippet())
-        raise ValueError(msg)
+        if trace is None:
+            raise ModelError(msg)
+        raise ModelError(msg, f"{trace.last_call}({trace.spec!r})", trace.snippet(), trace.adapter)
     if bool(torch.isnan(g).any()):
         fail(f"{what} (contains NaN)", g, e, trace)
     inf_g, inf_e = torch.isinf(g), torch.isinf(e)

@@ -253,6 +253,17 @@ def seed_invariant_of(property_id: str) -> Invariant | None:
     for inv in seed_invariants():
         if base in {base_id(p) for p in inv.properties}:
             return inv
+    return seed_file_invariant(base.split("::", 1)[0])
+
+
+def seed_file_invariant(stem: str) -> Invariant | None:
+    """The seed invariant that owns a whole file of the suite (every
+    catalogued property of ``stem`` checks it), or None. A property added to
+    such a file is a test of that seed invariant before it is catalogued."""
+    owners = {inv for inv in CATALOGUE for p in inv.properties if p.split("::", 1)[0] == stem}
+    if len(owners) == 1:
+        (inv,) = owners
+        return inv if inv.seed else None
     return None
 
 

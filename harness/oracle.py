@@ -196,17 +196,11 @@ class PriorityOracle:
         return raw_w[index] / norm
 
 
-def reads_back(spec: BufferSpec, adapter=None) -> bool:
-    """Whether a snapshot of a buffer built from ``spec`` can include its
-    stored priorities and max priority: a prioritized spec, and the adapter
-    under test (or ``adapter``) declares ``"priority_readback"``."""
-    if spec.sampler != "prioritized":
-        return False
-    if adapter is None:
-        from rbcheck.harness.pytest_plugin import adapter_under_test
-
-        adapter = adapter_under_test()
-    return adapter.has("priority_readback")
+def reads_back(spec: BufferSpec, adapter) -> bool:
+    """Whether a snapshot of a buffer of ``adapter`` built from ``spec`` can
+    include its stored priorities and max priority: a prioritized spec, and
+    the adapter declares ``"priority_readback"``."""
+    return spec.sampler == "prioritized" and adapter.has("priority_readback")
 
 
 def start_prioritized(impl, spec: BufferSpec, layout, fill: int = 0):

@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rbcheck.harness.adapters import builtin_names
-from rbcheck.harness.pytest_plugin import suite_relative
+from rbcheck.harness.adapters import BUILTIN, builtin_names
+from rbcheck.harness.plugin.known_failures import suite_relative
 
-THIRD_PARTY = frozenset({"torchrl", "torchrl-ray", "cpprb", "cpprb-per", "tianshou", "tianshou-per", "sb3"})
+#: Built-in names of third-party buffers (from the one table of built-ins).
+THIRD_PARTY = frozenset(name for name, entry in BUILTIN.items() if not entry.first_party)
 #: Catalogues of bad inputs and faults, summarised per implementation (file -> label).
 ROBUSTNESS = {"test_bad_input.py": "bad input", "test_checkpoint_faults.py": "checkpoint faults"}
 TRIED = ("pass", "fail", "error", "xfail", "xpass")

@@ -70,7 +70,7 @@ class Decision:
 
 
 def _row(test: dict[str, Any]) -> str:
-    from rbcheck.harness.pytest_plugin import suite_relative
+    from rbcheck.harness.plugin.known_failures import suite_relative
 
     return suite_relative(test["nodeid"])
 

@@ -193,8 +193,11 @@ def _expected(expected_failures: Iterable[ExpectedFailure] | None) -> list | Non
     the known-failures file's rules), or None: the adapter's own file."""
     if expected_failures is None:
         return None
-    # not at the top: a collection-time call with none must not import the plugin
-    from rbcheck.harness.pytest_plugin import known_failure, property_to_file_id, seed_invariant_of
+    from rbcheck.harness.plugin.known_failures import (
+        known_failure,
+        property_to_file_id,
+        seed_invariant_of,
+    )
 
     if isinstance(expected_failures, Mapping):
         raise TypeError(
@@ -233,7 +236,7 @@ def _selected(expected: list | None, only: Iterable[str]) -> list | None:
     only = list(only)
     if expected is None or not only:
         return expected
-    from rbcheck.harness.pytest_plugin import property_to_file_id
+    from rbcheck.harness.plugin.known_failures import property_to_file_id
 
     files = {property_to_file_id(p) for p in only}
     return [e for e in expected if e.test_id.split("[", 1)[0] in files]
@@ -252,35 +255,26 @@ def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: list | N
 
     import pytest
 
-    from rbcheck.harness import adapters, pytest_plugin
+    from rbcheck.harness.plugin.context import InProcessRun
     from rbcheck.harness.report import ImplResult
 
     adapter = _adapter(adapter)
-    token = f"rbcheck.check_buffer:{adapter.name}-{id(adapter)}"
-    adapters.INJECTED[token] = adapter
-    expected = _selected(expected, only)
-    if expected is not None:
-        pytest_plugin.EXPECTED[token] = expected
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            workdir = Path(tmp)
-            results = workdir / "results.json"
-            args = [*([node_path(p) for p in only] or [str(SUITE)]), "-p", "no:terminal",
-                    *isolation_args(workdir), f"--impl={token}", f"--rbcheck-profile={profile}",
-                    f"--rbcheck-results={results}"]
-            said = io.StringIO()  # pytest writes a usage error to stderr
-            with contextlib.redirect_stderr(said):
-                code = int(pytest.main(args))
-            output = pytest_output(said.getvalue(), "")
-            if not results.exists():
-                tail = " ".join(output.splitlines()[-3:])
-                return ImplResult(name=adapter.name, status="crashed", why=f"pytest exit {code}: {tail}",
-                                  exitstatus=code, output=output)
-            result = ImplResult.from_results(adapter.name, json.loads(results.read_text()))
-            result.output = output
-    finally:
-        adapters.INJECTED.pop(token, None)
-        pytest_plugin.EXPECTED.pop(token, None)
+    run = InProcessRun(adapter, _selected(expected, only), f"rbcheck.check_buffer:{adapter.name}")
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        results = workdir / "results.json"
+        args = [*([node_path(p) for p in only] or [str(SUITE)]), "-p", "no:terminal",
+                *isolation_args(workdir), f"--rbcheck-profile={profile}", f"--rbcheck-results={results}"]
+        said = io.StringIO()  # pytest writes a usage error to stderr
+        with contextlib.redirect_stderr(said):
+            code = int(pytest.main(args, plugins=[run]))
+        output = pytest_output(said.getvalue(), "")
+        if not results.exists():
+            tail = " ".join(output.splitlines()[-3:])
+            return ImplResult(name=adapter.name, status="crashed", why=f"pytest exit {code}: {tail}",
+                              exitstatus=code, output=output)
+        result = ImplResult.from_results(adapter.name, json.loads(results.read_text()))
+        result.output = output
     return result
 
 

@@ -46,11 +46,6 @@ BUILTIN: dict[str, Builtin] = {
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"
 
 
-#: Adapter objects handed to ``rbcheck.check_buffer``, by the name its
-#: in-process pytest run passes as ``--impl`` (removed after the run).
-INJECTED: dict[str, Adapter] = {}
-
-
 class AdapterLoadError(RuntimeError):
     """An ``--impl`` name that could not be turned into an Adapter."""
 
@@ -124,8 +119,13 @@ def load_adapter(name: str) -> Adapter:
             f"or 'pkg.module:factory'"
         )
     name = name.strip()
-    if name in INJECTED:
-        return INJECTED[name]
+    adapter = _load(name)
+    if not adapter.source:
+        adapter.source = name
+    return adapter
+
+
+def _load(name: str) -> Adapter:
     if name in BUILTIN:
         adapter = _resolve(BUILTIN[name].path, name)
         if adapter.known_failures is None:

@@ -58,7 +58,6 @@ from rbcheck.harness.assertions import (
 )
 from rbcheck.harness.oracle import reads_back, transform
 from rbcheck.harness.protocol import BufferSpec
-from rbcheck.harness.pytest_plugin import adapter_under_test
 
 pytestmark = pytest.mark.requires("bad_input")
 
@@ -81,16 +80,16 @@ def rows(n: int, start: int = 0, *, episode_len: int = 2) -> TensorDict:
     )
 
 
-def declared(priority) -> torch.Tensor:
+def declared(priority, conv) -> torch.Tensor:
     """``priority`` (numbers) in the dtype the adapter under test declares
-    (``conventions.priority_dtype``): a bad value must be refused for its
-    value, not for a dtype the buffer does not take."""
-    return adapter_under_test().conventions.priorities(priority)
+    (``conv``: its conventions, ``priority_dtype``): a bad value must be
+    refused for its value, not for a dtype the buffer does not take."""
+    return conv.priorities(priority)
 
 
-def with_priority(n: int, priority: list[float]) -> TensorDict:
+def with_priority(n: int, priority: list[float], conv) -> TensorDict:
     data = rows(n)
-    data.set("priority", declared(priority))
+    data.set("priority", declared(priority, conv))
     return data
 
 
@@ -103,13 +102,13 @@ OVERFLOW = PRIORITIZED.but(alpha=2.0)
 HUGE = 1e200
 
 
-def fill(buf, spec: BufferSpec) -> None:
+def fill(buf, spec: BufferSpec, conv) -> None:
     if spec.priority_key:
-        buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0, 3.0]))
+        buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0, 3.0], conv))
     else:
         buf.extend(rows(WRITTEN))
     if spec.sampler == "prioritized":  # in the declared dtype, as every priority the suite hands over
-        buf.update_priority(torch.tensor([0, 2]), adapter_under_test().conventions.priorities([4.0, 0.25]))
+        buf.update_priority(torch.tensor([0, 2]), conv.priorities([4.0, 0.25]))
 
 
 def meta(shape, dtype=torch.float32) -> torch.Tensor:
@@ -118,7 +117,7 @@ def meta(shape, dtype=torch.float32) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Case:
-    """One bad input: ``call(buf)`` on a buffer built from ``spec`` (filled
+    """One bad input: ``call(buf, conventions)`` on a buffer built from ``spec`` (filled
     unless ``empty``); ``arg`` is the argument the message must name."""
 
     id: str
@@ -134,8 +133,8 @@ class Case:
 def update(index, priority, **kw):
     """``update_priority(index, priority)``; numbers in ``priority`` are handed
     over in the declared dtype (:func:`declared`), a tensor as it is."""
-    def call(buf):
-        value = priority if isinstance(priority, torch.Tensor) else declared(priority)
+    def call(buf, conv):
+        value = priority if isinstance(priority, torch.Tensor) else declared(priority, conv)
         return buf.update_priority(torch.as_tensor(index), value, **kw)
     return call
 
@@ -152,20 +151,20 @@ CATALOGUE = [
     Case("priority_shorter_than_index", PRIORITIZED, "priority", update([0, 1, 2], [1.0, 2.0]), P),
     Case("priority_2d", PRIORITIZED, "priority", update([0, 1], [[1.0, 2.0], [3.0, 4.0]]), P),
     Case("priority_on_meta_device", PRIORITIZED, "priority",
-         lambda buf: buf.update_priority(torch.tensor([0, 1]), declared([0.0, 0.0]).to("meta")), P),
+         lambda buf, conv: buf.update_priority(torch.tensor([0, 1]), declared([0.0, 0.0], conv).to("meta")), P),
     Case("priority_key_nan_on_extend", KEYED, "priority",
-         lambda buf: buf.extend(with_priority(2, [1.0, math.nan])), P + ("priority_key",)),
+         lambda buf, conv: buf.extend(with_priority(2, [1.0, math.nan], conv)), P + ("priority_key",)),
     Case("priority_key_negative_on_extend", KEYED, "priority",
-         lambda buf: buf.extend(with_priority(2, [-1.0, 1.0])), P + ("priority_key",)),
+         lambda buf, conv: buf.extend(with_priority(2, [-1.0, 1.0], conv)), P + ("priority_key",)),
     # --- a finite priority whose transform (p + eps) ** alpha overflows float64 -
     # (stored as inf, it would give NaN weights and a checkpoint no load takes)
     Case("priority_transform_overflows", OVERFLOW, "priority", update([0, 1], [1.0, HUGE]), P),
     Case("priority_transform_overflows_in_stale_entry", OVERFLOW, "priority",
          update([0, 1], [HUGE, 1.0], generation=torch.tensor([-5, -5])), P + ("stale_updates",)),
     Case("priority_key_transform_overflows_on_extend", OVERFLOW.but(priority_key="priority"), "priority",
-         lambda buf: buf.extend(with_priority(2, [1.0, HUGE])), P + ("priority_key",)),
+         lambda buf, conv: buf.extend(with_priority(2, [1.0, HUGE], conv)), P + ("priority_key",)),
     Case("priority_key_transform_overflows_on_add", OVERFLOW.but(priority_key="priority"), "priority",
-         lambda buf: buf.add(with_priority(1, [HUGE])[0]), P + ("priority_key",)),
+         lambda buf, conv: buf.add(with_priority(1, [HUGE], conv)[0]), P + ("priority_key",)),
     # --- indices -------------------------------------------------------------
     Case("index_at_capacity", PRIORITIZED, "index", update([0, CAPACITY], [1.0, 2.0]), P),
     Case("index_negative", PRIORITIZED, "index", update([-1], [2.0]), P),
@@ -173,39 +172,39 @@ CATALOGUE = [
     Case("index_float_dtype", PRIORITIZED, "index", update(torch.tensor([0.0, 1.0]), [2.0, 2.0]), P),
     Case("index_2d", PRIORITIZED, "index", update([[0, 1]], [[2.0, 2.0]]), P),
     Case("index_on_meta_device", PRIORITIZED, "index",
-         lambda buf: buf.update_priority(meta(2, torch.long), declared([1.0, 2.0])), P),
+         lambda buf, conv: buf.update_priority(meta(2, torch.long), declared([1.0, 2.0], conv)), P),
     Case("generation_wrong_shape", PRIORITIZED, "generation",
          update([0, 1], [2.0, 2.0], generation=torch.tensor([0])), P + ("stale_updates",)),
     Case("generation_float_dtype", PRIORITIZED, "generation",
          update([0, 1], [2.0, 2.0], generation=torch.tensor([0.0, 1.0])), P + ("stale_updates",)),
     Case("update_priority_on_uniform_buffer", UNIFORM, "sampler", update([0], [2.0])),
     # --- batches that do not match the storage --------------------------------
-    Case("extend_missing_key", UNIFORM, "data", lambda buf: buf.extend(rows(2).exclude("action"))),
-    Case("extend_extra_key", UNIFORM, "data", lambda buf: buf.extend(rows(2).set("extra", torch.ones(2)))),
+    Case("extend_missing_key", UNIFORM, "data", lambda buf, conv: buf.extend(rows(2).exclude("action"))),
+    Case("extend_extra_key", UNIFORM, "data", lambda buf, conv: buf.extend(rows(2).set("extra", torch.ones(2)))),
     Case("extend_nested_key_renamed", UNIFORM, "data",
-         lambda buf: buf.extend(rows(2).rename_key_(("next", "obs"), ("next", "state")))),
+         lambda buf, conv: buf.extend(rows(2).rename_key_(("next", "obs"), ("next", "state")))),
     Case("extend_wrong_dtype", UNIFORM, "data",
-         lambda buf: buf.extend(rows(2).set("action", torch.arange(2, dtype=torch.int32)))),
+         lambda buf, conv: buf.extend(rows(2).set("action", torch.arange(2, dtype=torch.int32)))),
     Case("extend_wrong_row_shape", UNIFORM, "data",
-         lambda buf: buf.extend(rows(2).set("obs", torch.zeros(2, 4)))),
-    Case("extend_2d_batch", UNIFORM, "data", lambda buf: buf.extend(rows(6).reshape(2, 3))),
-    Case("extend_on_meta_device", UNIFORM, "data", lambda buf: buf.extend(rows(2).to("meta"))),
-    Case("extend_plain_dict", UNIFORM, "data", lambda buf: buf.extend({"obs": torch.zeros(2, 3)})),
-    Case("add_with_batch_dim", UNIFORM, "row", lambda buf: buf.add(rows(2))),
+         lambda buf, conv: buf.extend(rows(2).set("obs", torch.zeros(2, 4)))),
+    Case("extend_2d_batch", UNIFORM, "data", lambda buf, conv: buf.extend(rows(6).reshape(2, 3))),
+    Case("extend_on_meta_device", UNIFORM, "data", lambda buf, conv: buf.extend(rows(2).to("meta"))),
+    Case("extend_plain_dict", UNIFORM, "data", lambda buf, conv: buf.extend({"obs": torch.zeros(2, 3)})),
+    Case("add_with_batch_dim", UNIFORM, "row", lambda buf, conv: buf.add(rows(2))),
     Case("add_wrong_dtype", UNIFORM, "data",
-         lambda buf: buf.add(rows(1)[0].set("action", torch.tensor(1.5)))),
+         lambda buf, conv: buf.add(rows(1)[0].set("action", torch.tensor(1.5)))),
     # --- sampling -------------------------------------------------------------
-    Case("sample_empty_buffer", UNIFORM, "len(buffer)", lambda buf: buf.sample(2), empty=True),
-    Case("sample_empty_prioritized_buffer", PRIORITIZED, "len(buffer)", lambda buf: buf.sample(2), P,
+    Case("sample_empty_buffer", UNIFORM, "len(buffer)", lambda buf, conv: buf.sample(2), empty=True),
+    Case("sample_empty_prioritized_buffer", PRIORITIZED, "len(buffer)", lambda buf, conv: buf.sample(2), P,
          empty=True),
-    Case("sample_batch_size_zero", UNIFORM, "batch_size", lambda buf: buf.sample(0)),
-    Case("sample_batch_size_negative", UNIFORM, "batch_size", lambda buf: buf.sample(-3)),
-    Case("sample_batch_size_float", UNIFORM, "batch_size", lambda buf: buf.sample(2.5)),
-    Case("sample_all_priorities_zero", PRIORITIZED.but(eps=0.0), "total priority", lambda buf: buf.sample(2), P,
+    Case("sample_batch_size_zero", UNIFORM, "batch_size", lambda buf, conv: buf.sample(0)),
+    Case("sample_batch_size_negative", UNIFORM, "batch_size", lambda buf, conv: buf.sample(-3)),
+    Case("sample_batch_size_float", UNIFORM, "batch_size", lambda buf, conv: buf.sample(2.5)),
+    Case("sample_all_priorities_zero", PRIORITIZED.but(eps=0.0), "total priority", lambda buf, conv: buf.sample(2), P,
          setup=update(torch.arange(WRITTEN), [0.0] * WRITTEN)),
-    Case("slice_batch_not_divisible", SLICES, "batch_size", lambda buf: buf.sample(5), ("slice",)),
+    Case("slice_batch_not_divisible", SLICES, "batch_size", lambda buf, conv: buf.sample(5), ("slice",)),
     Case("slice_longer_than_every_episode", SLICES.but(num_slices=None, slice_len=3), "slice_len",
-         lambda buf: buf.sample(3), ("slice",), probe=2),
+         lambda buf, conv: buf.sample(3), ("slice",), probe=2),
 ]
 
 @dataclass(frozen=True)
@@ -281,7 +280,7 @@ def test_parameters_outside_the_declared_range_are_refused(impl, name):
         try:
             buf = impl.make(spec)
             if name == "beta":  # a per-sample argument in some buffers
-                fill(buf, spec)
+                fill(buf, spec, impl.conventions)
                 trace.op("buf.sample(4)")
                 buf.sample(4)
         except Exception as err:  # noqa: BLE001 - any refusal counts; ours are checked below
@@ -295,7 +294,7 @@ def test_parameters_outside_the_declared_range_are_refused(impl, name):
         trace.op(f"# (the line above is make(spec)), then fill and sample(4): {name}={end!r}, a closed end of {rng.describe()}")
         try:
             buf = impl.make(spec)
-            fill(buf, spec)
+            fill(buf, spec, impl.conventions)
             buf.sample(4)
         except Exception as err:  # noqa: BLE001
             fail(f"make/sample with {name}={end!r}", f"<raised {type(err).__name__}: {err}>",
@@ -315,11 +314,11 @@ def check_refusal(impl, error: BaseException | None, arg: str, trace: Trace) -> 
         fail("error message", repr(str(error)), f"'{arg}...=<got>, but should be <allowed>'", trace)
 
 
-def snapshot(buf, spec: BufferSpec) -> dict:
+def snapshot(buf, spec: BufferSpec, impl) -> dict:
     state = {"len": len(buf), "cursor": buf.cursor, "write_count": buf.write_count}
     if len(buf):
         state["contents"] = buf.contents()
-    if reads_back(spec):  # capability "priority_readback"
+    if reads_back(spec, impl):  # capability "priority_readback"
         state["stored_priority"] = buf.stored_priority(torch.arange(spec.capacity))
         state["max_priority"] = buf.max_priority
     return state
@@ -493,19 +492,19 @@ def test_bad_input_is_refused_and_nothing_changes(impl, make_buffer, case):
     bufs = [make_buffer(case.spec) for _ in range(3)]
     for buf in bufs:
         if not case.empty:
-            fill(buf, case.spec)
+            fill(buf, case.spec, impl.conventions)
         if case.setup is not None:
-            case.setup(buf)
+            case.setup(buf, impl.conventions)
     trace.op(f"# filled, then the bad call {case.id!r}")
     buf, twins = bufs[0], bufs[1:]
-    before = snapshot(buf, case.spec)
+    before = snapshot(buf, case.spec, impl)
     error = None
     try:
-        case.call(buf)
+        case.call(buf, impl.conventions)
     except Exception as err:  # noqa: BLE001 - any refusal counts; ours are checked below
         error = err
     check_refusal(impl, error, case.arg, trace)
-    assert_unchanged(snapshot(buf, case.spec), before, trace)
+    assert_unchanged(snapshot(buf, case.spec, impl), before, trace)
     assert_same_next_sample(impl, case.spec, buf, twins, case.probe, trace, empty=case.empty)
 
 
@@ -530,8 +529,8 @@ def test_bad_buffer_description_is_refused(impl, case):
         return
     if not (case.deferred or (case.sample_arg and impl.name not in OURS)):
         fail(f"make({case.id})", "<built a buffer>", "an exception naming " + case.arg, trace)
-    fill(buf, case.spec)
-    before = snapshot(buf, case.spec)
+    fill(buf, case.spec, impl.conventions)
+    before = snapshot(buf, case.spec, impl)
     # the spec's default batch size when it has one (the bad value may be it),
     # else a valid size, so that only the bad value can be refused
     size = None if case.spec.batch_size is not None else 4
@@ -542,7 +541,7 @@ def test_bad_buffer_description_is_refused(impl, case):
     except Exception as err:  # noqa: BLE001
         error = err
     check_refusal(impl, error, case.arg, trace)
-    assert_unchanged(snapshot(buf, case.spec), before, trace)
+    assert_unchanged(snapshot(buf, case.spec, impl), before, trace)
 
 
 # --- priorities in the other float dtype (a robustness property of its own) ---
@@ -596,16 +595,16 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
     buf, *twins = (make_buffer(spec) for _ in range(3))
     for each in (buf, *twins):
         fill_in_own_dtype(each, spec, own)
-    before = snapshot(buf, spec)
+    before = snapshot(buf, spec, impl)
     trace.op(f"# then {path} with priorities {DTYPE_RAW} as {other} (the buffer's dtype: {own})")
     try:
         call(buf, other)
     except Exception as err:  # noqa: BLE001 - a refusal; then nothing may have changed
         trace.op(f"# raised {type(err).__name__}: {err}")
-        assert_unchanged(snapshot(buf, spec), before, trace)
+        assert_unchanged(snapshot(buf, spec, impl), before, trace)
         assert_same_next_sample(impl, spec, buf, twins, 4, trace, empty=bool(spec.priority_key))
         return
-    if reads_back(spec):
+    if reads_back(spec, impl):
         want = transform(impl.conventions.priorities(DTYPE_RAW).double(),
                          impl.conventions.effective_eps(spec.eps), spec.alpha)
         assert_close(f"stored_priority({slots})", buf.stored_priority(torch.tensor(slots)), want, trace,

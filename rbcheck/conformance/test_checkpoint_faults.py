@@ -41,7 +41,6 @@ from tensordict import TensorDict
 from rbcheck.harness.assertions import Trace, fail
 from rbcheck.harness.oracle import reads_back
 from rbcheck.harness.protocol import BufferSpec
-from rbcheck.harness.pytest_plugin import adapter_under_test
 
 pytestmark = pytest.mark.requires("save_load")
 
@@ -89,7 +88,7 @@ def target(impl, spec: BufferSpec):
 DRAWS = 64
 
 
-def snapshot(buf, spec: BufferSpec) -> dict:
+def snapshot(buf, spec: BufferSpec, impl) -> dict:
     """What a refused load must leave and a load must restore: length,
     cursor, write count, contents, stored priorities and max priority (with
     ``priority_readback``), and for a seedable adapter the generator and the
@@ -101,10 +100,10 @@ def snapshot(buf, spec: BufferSpec) -> dict:
     if len(buf):
         for key, value in buf.contents().items(include_nested=True, leaves_only=True):
             state[f"contents[{key!r}]"] = value
-    if reads_back(spec):  # capability "priority_readback"
+    if reads_back(spec, impl):  # capability "priority_readback"
         state["stored_priority"] = buf.stored_priority(torch.arange(spec.capacity))
         state["max_priority"] = buf.max_priority
-    if len(buf) and adapter_under_test().conventions.seedable:
+    if len(buf) and impl.conventions.seedable:
         try:
             _, info = buf.sample(DRAWS)
         except Exception as err:  # noqa: BLE001 - compared like any other observable
@@ -117,12 +116,12 @@ def snapshot(buf, spec: BufferSpec) -> dict:
     return state
 
 
-def untouched(build: Callable, spec: BufferSpec) -> dict:
+def untouched(build: Callable, spec: BufferSpec, impl) -> dict:
     """The snapshot of a buffer ``build()`` makes, never loaded into or
     saved from. Two are built: when they differ (a seedable adapter whose
     draws do not follow the seed), that fails here, as such, instead of
     being blamed on a load."""
-    first, second = snapshot(build(), spec), snapshot(build(), spec)
+    first, second = snapshot(build(), spec, impl), snapshot(build(), spec, impl)
     diff = difference(second, first)
     if diff:
         fail("two untouched buffers of one spec and seed: the second one's", diff,
@@ -281,7 +280,7 @@ def outside_state(outside: Path) -> dict:
 def load_problem(impl, spec, ckpt: Path, outside: Path, saved: dict, may_load: bool, what: str) -> str | None:
     """What went wrong loading the damaged ``ckpt`` into another buffer, or None."""
     buf = target(impl, spec)
-    before = untouched(lambda: target(impl, spec), spec)
+    before = untouched(lambda: target(impl, spec), spec, impl)
     outside_before = outside_state(outside)
     error = None
     try:
@@ -292,7 +291,7 @@ def load_problem(impl, spec, ckpt: Path, outside: Path, saved: dict, may_load: b
         return f"load({what}) RAN CODE from the checkpoint (an unpickled payload), but should never unpickle"
     if outside_state(outside) != outside_before:
         return f"load({what}) changed files outside the checkpoint, but should touch nothing outside"
-    after = snapshot(buf, spec)
+    after = snapshot(buf, spec, impl)
     if error is not None:
         diff = difference(after, before)
         if diff:
@@ -325,7 +324,7 @@ def test_damaged_checkpoint_is_refused_and_nothing_changes(impl, fault, tmp_path
     damage = FAULTS[fault]
     trace = Trace(impl.name, spec)
     buf = source(impl, spec)
-    saved = untouched(lambda: source(impl, spec), spec)
+    saved = untouched(lambda: source(impl, spec), spec, impl)
     buf.save(tmp_path / "probe")
     problems = []
     for count in range(count_items(tmp_path / "probe", damage.per)):
@@ -417,7 +416,7 @@ def test_checkpoint_that_does_not_fit_is_refused(impl, misfit, tmp_path):
         return made
 
     buf = build()
-    before = untouched(build, other)
+    before = untouched(build, other, impl)
     differs_in_every_slot(buf.contents(), saved.contents(), f"the {misfit} buffer")
     trace.spec = other
     trace.need("from rbcheck.conformance.test_checkpoint_faults import rows")
@@ -429,7 +428,7 @@ def test_checkpoint_that_does_not_fit_is_refused(impl, misfit, tmp_path):
     try:
         buf.load(tmp_path / "ckpt")
     except Exception as err:  # noqa: BLE001
-        diff = difference(snapshot(buf, other), before)
+        diff = difference(snapshot(buf, other, impl), before)
         if diff:
             fail(f"after a refused load ({misfit})", diff, "the state before", trace, f"{type(err).__name__}: {err}")
         return
@@ -497,8 +496,8 @@ def test_interrupted_save_leaves_a_loadable_checkpoint(impl, how, tmp_path):
     spec = spec_for(impl)
     trace = Trace(impl.name, spec)
     buf_a, buf_b = source(impl, spec), source(impl, spec, extra=3)
-    state_a = untouched(lambda: source(impl, spec), spec)
-    state_b = untouched(lambda: source(impl, spec, extra=3), spec)
+    state_a = untouched(lambda: source(impl, spec), spec, impl)
+    state_b = untouched(lambda: source(impl, spec, extra=3), spec, impl)
     elsewhere = getattr(buf_b, "saves_in_another_process", None)
     if elsewhere:  # the fault would be injected where the save does not run
         pytest.skip(f"unavailable: the save runs in another process ({elsewhere}); "
@@ -520,7 +519,7 @@ def test_interrupted_save_leaves_a_loadable_checkpoint(impl, how, tmp_path):
         except Exception as err:  # noqa: BLE001
             fail(f"load after a save {how} at operation {at}", f"<{type(err).__name__}: {err}>",
                  "the previous or the new checkpoint", trace)
-        got = snapshot(loaded, spec)
+        got = snapshot(loaded, spec, impl)
         if difference(got, state_a) and difference(got, state_b):
             fail(f"load after a save {how} at operation {at}", difference(got, state_a),
                  "exactly the previous (A) or the new (B) checkpoint", trace)

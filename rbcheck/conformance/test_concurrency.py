@@ -39,8 +39,8 @@ from rbcheck.harness.concurrency import (
     torn_rows,
     update_priority_of,
 )
+from rbcheck.harness.plugin.skips import capability_skip_reason
 from rbcheck.harness.protocol import CAPABILITIES, BufferSpec
-from rbcheck.harness.pytest_plugin import capability_skip_reason
 
 #: probability that one case fails on a correct implementation (distributional checks)
 FALSE_ALARM = 1e-4

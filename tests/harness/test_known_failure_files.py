@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rbcheck.harness.pytest_plugin import parse_known_failures, seed_invariant_of
+from rbcheck.harness.plugin.known_failures import parse_known_failures, seed_invariant_of
 
 KNOWN = Path(__file__).resolve().parents[2] / "harness" / "known_failures"
 FILES = sorted(KNOWN.glob("*.txt"))

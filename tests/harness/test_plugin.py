@@ -194,7 +194,8 @@ def test_exception_messages_leave_out_the_repro_snippet():
     import re
 
     from rbcheck.harness.assertions import Trace, fail
-    from rbcheck.harness.pytest_plugin import KnownFailure, exception_messages
+    from rbcheck.harness.plugin.known_failures import KnownFailure
+    from rbcheck.harness.plugin.results import exception_messages
 
     trace = Trace("fake", None)
     trace.op("buf.extend(rows)")
@@ -237,7 +238,7 @@ def test_bad_known_failures_file_is_a_usage_error(tmp_path, text, expected):
 
 @pytest.mark.parametrize("message", ["", "   ", ".*", "x?|y", "^"])
 def test_a_pattern_that_matches_every_failure_is_refused(tmp_path, message):
-    from rbcheck.harness.pytest_plugin import KnownFailureError, parse_known_failures
+    from rbcheck.harness.plugin.known_failures import KnownFailureError, parse_known_failures
 
     known = tmp_path / "known.txt"
     known.write_text(f"test_fake.py::test_known_bad\n    message:{message}\n    reason: r\n")
@@ -273,7 +274,7 @@ def test_no_entry_may_hide_a_seed_bug(tmp_path):
     ],
 )
 def test_seed_invariant_tests_are_recognised(nodeid, seed):
-    from rbcheck.harness.pytest_plugin import seed_invariant_of
+    from rbcheck.harness.plugin.known_failures import seed_invariant_of
 
     got = seed_invariant_of(nodeid)
     assert (got.split(" ", 1)[0] if got else None) == seed
@@ -283,7 +284,8 @@ def test_every_leaf_of_an_exception_group_must_match():
     import builtins
     import re
 
-    from rbcheck.harness.pytest_plugin import KnownFailure, exception_messages
+    from rbcheck.harness.plugin.known_failures import KnownFailure
+    from rbcheck.harness.plugin.results import exception_messages
 
     group_type = getattr(builtins, "ExceptionGroup", None) or __import__("exceptiongroup").ExceptionGroup
     group = group_type("Hypothesis found 2 distinct failures.", [
@@ -359,31 +361,35 @@ def test_bad_profile_is_a_usage_error(tmp_path):
     ],
 )
 def test_known_failure_ids_match_node_ids(test_id, nodeid, expected):
-    from rbcheck.harness.pytest_plugin import id_matches
+    from rbcheck.harness.plugin.known_failures import id_matches
 
     assert id_matches(test_id, nodeid) is expected
 
 
-def test_failure_message_prefers_the_explained_sub_exception():
-    from types import SimpleNamespace
+def test_failure_fields_come_from_the_exception_not_the_printed_text():
+    """The record's message, failures and repros are read from the exception:
+    the first explained leaf of a group with the group's summary and that
+    leaf's falsifying example (Hypothesis' note), and every repro snippet a
+    property failure carries."""
+    import builtins
 
-    from rbcheck.harness.pytest_plugin import failure_message
+    from rbcheck.harness.assertions import PropertyFailure
+    from rbcheck.harness.plugin.results import failure_fields
 
-    text = "\n".join([
-        "  + Exception Group Traceback (most recent call last):",
-        "  | ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)",
-        "  +-+---------------- 1 ----------------",
-        "    | ValueError: m=-6, but should be >= -5",
-        "    | Falsifying example: test_two(",
-        "    |     n=-6,",
-        "    | )",
-    ])
-    crash = SimpleNamespace(message="ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)")
-    report = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=crash), longreprtext=text)
-    assert failure_message(report) == (
-        "ValueError: m=-6, but should be >= -5 (ExceptionGroup: Hypothesis found 2 distinct failures. "
-        "(2 sub-exceptions)) | Falsifying example: test_two( n=-6, )"
+    group_type = getattr(builtins, "ExceptionGroup", None) or __import__("exceptiongroup").ExceptionGroup
+    plain = TypeError("buffer crashed")
+    explained = PropertyFailure("m", "-6", ">= -5", call="sample(2)", repro="buf.sample(2)", adapter="fake")
+    explained.add_note("Falsifying example: test_two(\n    n=-6,\n)")
+    group = group_type("Hypothesis found 2 distinct failures.", [plain, explained])
+    fields = failure_fields(group)
+    assert fields["message"] == (
+        "AssertionError: m=-6, but should be >= -5 [sample(2)] (ExceptionGroup: Hypothesis found 2 distinct "
+        "failures. (2 sub-exceptions)) | Falsifying example: test_two( n=-6, )"
     )
+    assert fields["failures"] == ["AssertionError: m=-6, but should be >= -5 [sample(2)]"]
+    assert fields["repros"] == ["buf.sample(2)"]
+    assert "Repro (adapter 'fake'):\n    buf.sample(2)" in str(explained)
+    assert failure_fields(plain)["message"] == "TypeError: buffer crashed"
 
 
 def test_bad_device_is_a_usage_error(tmp_path):

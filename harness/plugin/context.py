@@ -1,0 +1,135 @@
+"""The run context: which implementation one pytest session tests, how, and
+what it has recorded so far. It lives on the session's config (and in the
+``rbcheck_run`` fixture), never in a module global, so a pytest run inside
+a pytest run (``rbcheck.check_buffer`` from a user's tests) has its own.
+
+:func:`build` reads the options (``--impl``, ``--rbcheck-profile``,
+``--rbcheck-device``, ``--rbcheck-results``, ``--rbcheck-known-failures``,
+``--rbcheck-shrink-seconds``, ``--rbcheck-progress``, each with its
+environment variable; see ``rbcheck.plugin``) and raises
+``pytest.UsageError`` naming a bad one. An :class:`InProcessRun` handed to
+``pytest.main(..., plugins=[run])`` selects an Adapter object and its
+expected failures directly (``rbcheck.check_buffer``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rbcheck.harness.adapters import AdapterLoadError, load_adapter
+from rbcheck.harness.plugin.known_failures import (
+    KnownFailure,
+    KnownFailureError,
+    parse_known_failures,
+)
+from rbcheck.harness.plugin.profiles import shrink_budget
+from rbcheck.harness.plugin.skips import on_device
+from rbcheck.harness.protocol import Adapter
+from rbcheck.plugin import DEFAULT_IMPL, DEFAULT_PROFILE, PROFILES
+
+
+@dataclass(eq=False)  # a plugin object: hashable by identity
+class InProcessRun:
+    """An Adapter object (and the expected failures) for one in-process run."""
+
+    adapter: Adapter
+    expected: list[KnownFailure] | None = None
+    label: str = ""
+
+
+@dataclass
+class RunContext:
+    impl_name: str
+    adapter: Adapter
+    profile: str
+    results_path: Path | None
+    known_failures_path: Path | None
+    known_failures: list[KnownFailure] = field(default_factory=list)
+    device: str = "cpu"
+    previous_profile: str | None = None
+    progress: bool = False
+    pending: dict[str, int] = field(default_factory=dict)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    hid_new: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # outside the tests: usage, collection, internal, interrupt
+    shrink_seconds: float | None = None
+    started: float = 0.0
+
+    def usage_error(self, message: str) -> pytest.UsageError:
+        """A usage error to raise during collection, recorded in the results
+        (``errors``) so that every reader of them can say why the run stopped."""
+        self.errors.append(f"usage error: {message}")
+        return pytest.UsageError(message)
+
+
+def _adapter(config: pytest.Config, in_process: InProcessRun | None) -> tuple[str, Adapter]:
+    if in_process is not None:
+        return in_process.label or f"check_buffer:{in_process.adapter.name}", in_process.adapter
+    impl_name = config.getoption("rbcheck_impl") or os.environ.get("RBCHECK_IMPL") or DEFAULT_IMPL
+    try:
+        return impl_name, load_adapter(impl_name)
+    except AdapterLoadError as err:
+        raise pytest.UsageError(str(err)) from err
+    except Exception as err:  # a factory that crashed
+        raise pytest.UsageError(
+            f"impl={impl_name!r}: loading the adapter raised {type(err).__name__}: {err}"
+        ) from err
+
+
+def _device(config: pytest.Config) -> str:
+    device = config.getoption("rbcheck_device") or os.environ.get("RBCHECK_DEVICE") or "cpu"
+    try:
+        torch_device = torch.device(device)
+    except RuntimeError as err:
+        raise pytest.UsageError(
+            f"rbcheck device={device!r}, but should be a torch device such as 'cpu' or 'cuda' ({err})"
+        ) from err
+    if torch_device.type not in ("cpu", "cuda"):
+        raise pytest.UsageError(f"rbcheck device={device!r}, but should be 'cpu' or 'cuda[:N]'")
+    return device
+
+
+def build(config: pytest.Config) -> RunContext:
+    """The run context of this session (module doc)."""
+    profile = config.getoption("rbcheck_profile") or os.environ.get("RBCHECK_PROFILE") or DEFAULT_PROFILE
+    if profile not in PROFILES:
+        raise pytest.UsageError(f"rbcheck profile={profile!r}, but should be one of {', '.join(PROFILES)}")
+    in_process = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, InProcessRun)), None)
+    impl_name, adapter = _adapter(config, in_process)
+    device = _device(config)
+    if device != "cpu":
+        adapter = on_device(adapter, device)
+    results = config.getoption("rbcheck_results")
+    override = config.getoption("rbcheck_known_failures")
+    kf_path = Path(override) if override else adapter.known_failures
+    run = RunContext(
+        impl_name=impl_name,
+        adapter=adapter,
+        profile=profile,
+        results_path=Path(results) if results else None,
+        known_failures_path=Path(kf_path) if kf_path else None,
+        device=device,
+        progress=bool(config.getoption("rbcheck_progress", default=False)),
+    )
+    if in_process is not None and in_process.expected is not None:  # fresh counts for this run
+        run.known_failures_path = None
+        run.known_failures = [replace(entry, matched=0) for entry in in_process.expected]
+    elif run.known_failures_path is not None:
+        if not run.known_failures_path.exists():
+            raise pytest.UsageError(
+                f"known failures file={str(run.known_failures_path)!r} does not exist, "
+                f"but should be a text file of test ids"
+            )
+        try:
+            run.known_failures = parse_known_failures(run.known_failures_path)
+        except KnownFailureError as err:
+            raise pytest.UsageError(str(err)) from err
+    run.shrink_seconds = shrink_budget(config, impl_name)
+    return run

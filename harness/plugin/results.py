@@ -1,0 +1,184 @@
+"""What a run records: one record per test (outcome, one-line message, the
+distinct failures, their repro snippets, seconds), and the results file
+(``--rbcheck-results``) that ``harness.report`` and ``harness.verdict`` read.
+
+A failure's fields come from the exception itself (``call.excinfo`` in
+``pytest_runtest_makereport``): a :class:`~rbcheck.harness.assertions.PropertyFailure`
+carries what/got/expected/call/repro, Hypothesis adds its falsifying example
+as a note, and an exception group (several distinct bugs) is read leaf by
+leaf. Nothing is parsed back out of pytest's printed output.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RESULTS_SCHEMA = 1
+#: Where ``pytest_runtest_makereport`` leaves a failure's fields on its report.
+FIELDS_ATTR = "rbcheck_failure"
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exception, or every leaf of an exception group (Hypothesis reports
+    several distinct bugs as a group)."""
+    subs = getattr(exc, "exceptions", None)  # BaseExceptionGroup (or its 3.10 backport)
+    if isinstance(subs, tuple) and subs and all(isinstance(e, BaseException) for e in subs):
+        return [leaf for sub in subs for leaf in leaves(sub)]
+    return [exc]
+
+
+def own_message(exc: BaseException) -> str:
+    """The exception's message without the repro snippet a property failure
+    carries: the code that replays a failure names calls, not its cause."""
+    own = getattr(exc, "own_message", None)
+    return own if isinstance(own, str) else str(exc)
+
+
+def type_name(exc: BaseException) -> str:
+    """The name a report gives the exception's type: rbcheck's own failure
+    classes by their builtin base (``reported_as``), others by their own."""
+    return getattr(type(exc), "reported_as", None) or type(exc).__name__
+
+
+def exception_messages(exc: BaseException) -> list[str]:
+    """``"<Type>: <message>"`` of the exception or of every leaf of a group,
+    each without its repro snippet: what known failures are matched against."""
+    return [f"{type_name(leaf)}: {own_message(leaf)}" for leaf in leaves(exc)]
+
+
+def falsifying_example(exc: BaseException) -> str:
+    """Hypothesis' ``Falsifying example: ...`` note on the exception, on one line."""
+    for note in getattr(exc, "__notes__", None) or ():
+        if isinstance(note, str) and note.startswith(("Falsifying example:", "Falsifying explicit example:")):
+            return one_line(note, 300)
+    return ""
+
+
+def _head(text: str) -> str:
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def failure_fields(exc: BaseException) -> dict[str, Any]:
+    """The record fields of a failure: ``message`` (one line: the first
+    explained failure, the group's summary, the falsifying example),
+    ``failures`` (one line per distinct explained failure) and ``repros``
+    (every distinct repro snippet)."""
+    parts = leaves(exc)
+    heads = [f"{type_name(leaf)}: {_head(own_message(leaf))}" for leaf in parts]
+    explained = [h for h in heads if "but should be" in h]
+    first = parts[heads.index(explained[0])] if explained else parts[-1]
+    group = f"{type(exc).__name__}: {_head(str(exc))}"
+    if parts == [exc]:
+        message = heads[0]
+    else:  # the first explained failure with the group's summary, or the summary
+        message = f"{explained[0]} ({group})" if explained else group
+    example = falsifying_example(first) or falsifying_example(exc)
+    failures: list[str] = []
+    for head in explained:
+        if one_line(head) not in failures:
+            failures.append(one_line(head))
+    repros: list[str] = []
+    for leaf in parts:
+        snippet = getattr(leaf, "repro", "")
+        if isinstance(snippet, str) and snippet and snippet not in repros:
+            repros.append(snippet)
+    message = one_line(message + (f" | {example}" if example else ""))
+    return {"message": message, "failures": failures or [message], "repros": repros}
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+
+
+def property_name(item: pytest.Item) -> str:
+    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    name = getattr(item, "originalname", None) or item.name
+    return f"{module.removesuffix('.py')}::{name}"
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a collection error, without pytest's gutter."""
+    lines = [line.removeprefix("E").strip() for line in str(text).splitlines() if line.strip()]
+    return one_line(lines[-1] if lines else text, 300)
+
+
+def record_report(records: dict[str, dict[str, Any]], report: pytest.TestReport) -> str | None:
+    """Fold one phase's report into the test's record; the "hid something
+    new" note of a known failure when the report carries one."""
+    record = records.setdefault(
+        report.nodeid,
+        {"nodeid": report.nodeid, "property": report.nodeid, "doc": "", "outcome": "not run", "message": ""},
+    )
+    if record["outcome"] in ("fail", "error") and report.when == "teardown":
+        return None
+    if hasattr(report, "wasxfail"):
+        if report.skipped:
+            record.update(outcome="xfail", message=one_line(report.wasxfail))
+        elif report.passed and report.when == "call":
+            record.update(outcome="xpass", message=one_line(report.wasxfail))
+        return None
+    hid = None
+    if report.skipped:
+        reason = skip_reason(report)
+        outcome = "unavailable" if reason.startswith("unavailable: ") else "skip"
+        record.update(outcome=outcome, message=one_line(reason))
+    elif report.failed:
+        outcome = "fail" if report.when == "call" else "error"
+        fields = getattr(report, FIELDS_ATTR, None) or {
+            "message": one_line(_head(getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
+                                      or str(report.longrepr))),
+            "failures": [], "repros": []}
+        message = fields["message"]
+        if report.when != "call":
+            message = f"in {report.when}: {message}"
+        hid = getattr(report, "rbcheck_hid_new", None)
+        if hid:
+            message = one_line(f"{message} [{hid}]", 600)
+        record.update(outcome=outcome, message=message, failures=fields["failures"] or [message],
+                      repros=fields["repros"])
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if crash is not None:  # pytest's own FAILED line: the one-line reason, not "ExceptionGroup: ..."
+            crash.message = message
+    elif report.when == "call" and record["outcome"] == "not run":
+        record.update(outcome="pass", message="")
+    if report.when == "call" or (report.when == "setup" and report.skipped):
+        record["seconds"] = round(record.get("seconds", 0.0) + float(report.duration), 3)
+    return hid
+
+
+def write_results(path: Path, run: Any, exitstatus: int) -> None:
+    """The results file of ``run`` (a :class:`~rbcheck.harness.plugin.context.RunContext`)."""
+    adapter = run.adapter
+    payload = {
+        "schema": RESULTS_SCHEMA,
+        "implementation": adapter.name,
+        "impl_arg": run.impl_name,
+        "version": adapter.version,
+        "capabilities": sorted(adapter.capabilities),
+        "unavailable": dict(sorted(adapter.unavailable.items())),
+        "conventions": adapter.conventions.deviations(),
+        "profile": run.profile,
+        "known_failures_file": str(run.known_failures_path) if run.known_failures_path else None,
+        "warnings": run.warnings,
+        "known_failures_hid_new": run.hid_new,
+        "exitstatus": int(exitstatus),
+        "errors": run.errors,
+        "shrink_seconds": run.shrink_seconds,
+        "seconds": round(time.monotonic() - run.started, 1) if run.started else None,
+        "tests": list(run.records.values()),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -41,6 +41,8 @@ BUILTIN: dict[str, Builtin] = {
     "tianshou": Builtin("rbcheck.harness.adapters.tianshou:tianshou_adapter", False),
     "tianshou-per": Builtin("rbcheck.harness.adapters.tianshou:tianshou_per_adapter", False),
     "sb3": Builtin("rbcheck.harness.adapters.sb3:sb3_adapter", False),
+    # d3rlpy's ReplayBuffer(FIFOBuffer) (the 'd3rlpy' group, its own validate environment)
+    "d3rlpy": Builtin("rbcheck.harness.adapters.d3rlpy:d3rlpy_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,8 @@ from rbcheck.harness.adapters import BUILTIN
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIFORM = "test_sampling_distributions::test_uniform_sampling_matches_closed_form"
+#: A property the README's example skips (it declares only "random"): a run with nothing to compute.
+SKIPPED_BY_EXAMPLE = "test_priority_transform::test_updated_priority_is_transformed_once"
 
 
 def result(name: str, outcome: str = "pass", status: str = "ran") -> report.ImplResult:
@@ -149,36 +150,24 @@ def test_bad_parallel_arguments_name_what_is_allowed(capsys, args, said):
     assert exc.value.code == 2 and said in capsys.readouterr().err
 
 
-def test_two_workers_write_parts_that_merge(tmp_path):
-    """End to end, fast: the README's example and a user's failing module, at
-    once, one property; the merge gates on the user's module only."""
-    (tmp_path / "mymod.py").write_text(textwrap.dedent('''
-        import torch
-        from dataclasses import replace
-        from rbcheck.harness.examples.list_buffer import ListBuffer, adapter as example
-
-        class SkipsLastSlot(ListBuffer):
-            def sample(self, batch_size):
-                u = torch.rand(batch_size, generator=self.generator, dtype=torch.float64)
-                index = (u * max(len(self.rows) - 1, 1)).long()
-                return self.contents()[index], {"index": index}
-
-        def adapter():
-            return replace(example(), name="skips-last", make=lambda spec: SkipsLastSlot(spec.capacity, spec.seed))
-    '''))
+def test_two_workers_write_parts_that_merge(tmp_path, capsys):
+    """End to end, kept fast: the README's example on a property it skips
+    (nothing to compute) beside a user's module whose adapter does not load,
+    at once; the merge gates on the user's module only when it is asked for."""
+    (tmp_path / "mymod.py").write_text("def raising():\n    raise RuntimeError('cannot build the buffer here')\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RBCHECK_IMPL", "PYTEST_ADDOPTS")}
-
-    def rbcheck(*args):
-        return subprocess.run([sys.executable, "-m", "rbcheck.cli", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
-
-    proc = rbcheck("validate", "example", "mymod:adapter", "--only", UNIFORM, "--jobs", "2", "--parts", "parts")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "[rbcheck] example: done in " in proc.stderr and "[rbcheck] mymod:adapter: done in " in proc.stderr
-    proc = rbcheck("report", "--merge", "parts", "--impl=example", "--out", "out")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = rbcheck("report", "--merge", "parts", "--impl=example", "--impl=mymod:adapter", "--out", "out")
-    assert proc.returncode == 1 and "mymod:adapter: test_sampling" in proc.stderr, proc.stdout + proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "rbcheck.cli", "validate", "example", "mymod:raising", "--only",
+                           SKIPPED_BY_EXAMPLE, "--jobs", "2", "--parts", "parts"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "[rbcheck] example: done in " in proc.stderr, proc.stderr
+    assert "[rbcheck] mymod:raising: the adapter did not load (RuntimeError: cannot build" in proc.stderr
+    assert set(report.read_parts(tmp_path / "parts")) == {"example", "mymod:raising"}
+    parts = str(tmp_path / "parts")
+    assert cli.main(["report", "--merge", parts, "--impl=example", "--out", str(tmp_path / "out")]) == 0
+    assert cli.main(["report", "--merge", parts, "--impl=example", "--impl=mymod:raising",
+                     "--out", str(tmp_path / "out")]) == 2
+    assert "mymod:raising: the adapter did not load" in capsys.readouterr().err
 
 
 def noxfile_value(name: str):

@@ -42,6 +42,7 @@ class Mutant:
     reproduces: str = ""  # the public issue / PR a historic mutant is modelled on
     needs_cuda: bool = False  # observable only on a CUDA buffer (--rbcheck-device cuda)
     module: str = ""  # the module that defines the factory
+    in_process: bool = False  # cheap: its properties are called in the meta test's own process
 
     @property
     def impl(self) -> str:
@@ -71,7 +72,8 @@ def control(fn: Callable) -> Callable:
 
 
 def mutant(*, bug: str, catches: tuple[str, ...], control: Callable | str = REFERENCE,
-           reproduces: str = "", needs_cuda: bool = False) -> Callable[[Callable], Callable]:
+           reproduces: str = "", needs_cuda: bool = False,
+           in_process: bool = False) -> Callable[[Callable], Callable]:
     """Declare the decorated factory a mutant (see the module docstring)."""
     if isinstance(catches, str) or not catches:
         raise ValueError(f"catches={catches!r}, but should be a non-empty tuple of property ids")
@@ -89,7 +91,7 @@ def mutant(*, bug: str, catches: tuple[str, ...], control: Callable | str = REFE
         files = tuple(sorted({c.split("::")[0] + ".py" for c in catches}))
         targets = tuple(dict.fromkeys(c.split("::")[1] for c in catches))
         MUTANTS.append(Mutant(fn.__name__, bug, files, targets, _adapter_string(control), reproduces,
-                              needs_cuda, fn.__module__))
+                              needs_cuda, fn.__module__, in_process))
         return fn
 
     return declare

@@ -171,10 +171,26 @@ def ray_bench(session: nox.Session) -> None:
 
 
 @nox.session
+@nox.parametrize("env", [env for env in VALIDATE_ENVS if env != "main"])
+def thirdparty_env(session: nox.Session, env: str) -> None:
+    """The executed repros of a library with a validate environment of its
+    own (VALIDATE_ENVS), tests/thirdparty/test_<env>_*.py, in that
+    environment; `nox -s thirdparty` runs it first."""
+    import glob
+
+    groups, _ = VALIDATE_ENVS[env]
+    install(session, *groups)
+    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.run("pytest", *sorted(glob.glob(f"tests/thirdparty/test_{env}_*.py")), "-q", "-p", "no:cacheprovider",
+                "-rxs", *session.posargs)
+
+
+@nox.session(requires=[f"thirdparty_env(env='{env}')" for env in VALIDATE_ENVS if env != "main"])
 def thirdparty(session: nox.Session) -> None:
     """The executed repros of docs/findings.md (tests/thirdparty) with cpprb,
-    tianshou and stable-baselines3 installed; the tests session skips them
-    (the libraries are not installed there)."""
+    tianshou and stable-baselines3 installed (those of a library with an
+    environment of its own ran first, in it: thirdparty_env); the tests
+    session skips them (the libraries are not installed there)."""
     install(session, "test", *THIRD_PARTY_GROUPS)
     session.env.setdefault("RBCHECK_PROFILE", "ci")
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)

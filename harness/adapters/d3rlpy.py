@@ -51,6 +51,25 @@ map to it as follows:
   ``np.random.seed``, ``d3rlpy.seed``); ``Signature.sample`` draws from it
   when the buffer is built (``components.py:44-53``, ``writers.py:282-325``),
   so construction happens under that state too.
+* transitions (capability ``"transitions"``; the suite's env-step streams,
+  rows with ``terminated``, ``truncated`` and ``next_obs``): written through
+  d3rlpy's online path, the one its ``fit_online`` loop uses, one
+  ``ReplayBuffer.append(observation, action, reward)`` per step
+  (``replay_buffer.py:456-462`` -> ``ExperienceWriter.write``,
+  ``writers.py:351-372``) and ``clip_episode(terminated)`` at an episode's
+  end (``writers.py:374-400``: ``True`` for a termination, ``False`` for a
+  truncation). The observation is the row's bytes without ``action``,
+  ``reward`` and ``next_obs`` (so it carries the step's ``id``); the
+  ``next_obs`` handed in is dropped, since d3rlpy's online path has no place
+  for it: the picker derives it. A sample is d3rlpy's
+  ``sample_transition_batch`` with ``BasicTransitionPicker``
+  (``transition_pickers.py:49-72``): ``obs`` from ``observation``,
+  ``action``, ``reward``, ``terminated`` from ``terminal``, ``next_obs`` from
+  ``next_observation`` (the next step's observation, zeros at a
+  termination). ``truncated`` is not returned (d3rlpy has no such flag:
+  declared in ``transition_fields``). ``info["index"]`` is ``id %
+  capacity``. What d3rlpy does differently is judged in docs/findings.md
+  (``harness/known_failures/d3rlpy.txt``).
 * not declared: prioritized sampling (d3rlpy has none), transforms,
   save/load (``dump``/``load`` write the episodes to HDF5 and rebuild a new
   buffer, ``replay_buffer.py:493-530``: the FIFO's position and which
@@ -85,9 +104,13 @@ from rbcheck.harness.adapters.numpy_rows import (
     row_nbytes,
     unpack_rows,
 )
-from rbcheck.harness.protocol import Adapter, BufferSpec
+from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
-CAPABILITIES = frozenset({"random", "bad_input"})
+CAPABILITIES = frozenset({"random", "bad_input", "transitions"})
+#: The keys of an env-step stream (capability "transitions"): a spec whose layout has them is one.
+STEP_KEYS = frozenset({"id", "obs", "action", "reward", "terminated", "truncated", "next_obs"})
+#: What d3rlpy's BasicTransitionPicker returns (transition_pickers.py:63-72): no truncated flag.
+TRANSITION_FIELDS = ("obs", "action", "reward", "terminated", "next_obs")
 
 
 class D3rlpyBuffer(OwnRandomness):
@@ -212,10 +235,61 @@ class D3rlpyBuffer(OwnRandomness):
         raise NotImplementedError("d3rlpy's ReplayBuffer is uniform (capability 'prioritized' is not declared)")
 
 
+class D3rlpyTransitions(D3rlpyBuffer):
+    """Env steps through d3rlpy's online path (the module docstring,
+    "transitions"): ``append`` per step, ``clip_episode`` at an episode's end."""
+
+    OWN = ("action", "reward", "next_obs")  # not in the observation: d3rlpy's own arguments, or derived
+
+    def __init__(self, spec: BufferSpec):
+        layout = {k: v for k, v in spec.layout.items() if k not in self.OWN}
+        self.action_shape = tuple(spec.layout["action"][0]) or (1,)
+        super().__init__(spec.but(layout=layout))
+        self.spec = spec
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        raw = pack_rows(data.exclude(*self.OWN))
+        action = data["action"].detach().cpu().numpy().astype(np.float32).reshape(len(raw), *self.action_shape)
+        reward = data["reward"].detach().cpu().numpy().astype(np.float32).reshape(len(raw), 1)
+        terminated, truncated = data["terminated"].cpu().numpy(), data["truncated"].cpu().numpy()
+        for k in range(len(raw)):
+            self.rb.append(raw[k], action[k], reward[k])  # replay_buffer.py:456-462
+            if terminated[k] or truncated[k]:
+                self.rb.clip_episode(bool(terminated[k]))  # writers.py:374-400
+        self.written += len(raw)
+        return data["id"].reshape(-1).long() % self.spec.capacity
+
+    def _transitions(self, transitions) -> TensorDict:
+        rows = self._rows([t.observation for t in transitions])
+        n = len(transitions)
+        following = self._rows([t.next_observation for t in transitions])
+        rows.set("action", torch.as_tensor(np.stack([t.action for t in transitions]) if n else
+                                           np.zeros((0, *self.action_shape), np.float32)))
+        rows.set("reward", torch.as_tensor(np.array([np.asarray(t.reward).reshape(-1)[0] for t in transitions],
+                                                    dtype=np.float32)))
+        rows.set("terminated", torch.tensor([bool(t.terminal) for t in transitions], dtype=torch.bool))
+        rows.set("next_obs", following["obs"])
+        return rows
+
+    def sample(self, batch_size: int | None = None):
+        batch_size = check_batch_size(batch_size, self.spec.batch_size)
+        with self.stream.active():
+            batch = self.rb.sample_transition_batch(batch_size)  # replay_buffer.py:476-479
+        rows = self._transitions(batch.transitions)
+        return rows, {"index": rows["id"].reshape(-1).long() % self.spec.capacity}
+
+    def contents(self) -> TensorDictBase:
+        buffer, picker = self.rb.buffer, self.rb.transition_picker
+        rows = self._transitions([picker(*buffer[i]) for i in range(len(self))])
+        return rows[torch.argsort(rows["id"].reshape(-1) % self.spec.capacity)] if len(rows) else rows
+
+
 def _make(spec: BufferSpec) -> D3rlpyBuffer:
     if spec.sampler != "random":
         raise ValueError(f"spec.sampler={spec.sampler!r}, but should be 'random' (d3rlpy's ReplayBuffer "
                          f"samples transitions uniformly)")
+    if spec.layout is not None and STEP_KEYS <= {k for k in spec.layout if isinstance(k, str)}:
+        return D3rlpyTransitions(spec)
     return D3rlpyBuffer(spec)
 
 
@@ -235,6 +309,11 @@ def d3rlpy_adapter() -> Adapter:
         version=f"{version('d3rlpy')} (numpy {np.__version__})",
         make=_make,
         capabilities=CAPABILITIES,
+        conventions=Conventions(
+            transition_fields=TRANSITION_FIELDS,
+            notes={"transition_fields": "BasicTransitionPicker returns observation, action, reward, "
+                   "next_observation, terminal: no truncated flag (d3rlpy/dataset/transition_pickers.py:63-72)"},
+        ),
     )
 
 

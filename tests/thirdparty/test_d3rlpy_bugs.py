@@ -100,3 +100,25 @@ def test_d3rlpy_repeat_is_d3rlpy_own_draw(rows):
     assert torch.equal(got["id"], own_rows["id"])
     assert torch.equal(got["id"] % 7, info["index"])
     assert np.array_equal(buf.stream.state[1], after_own)
+
+
+@bug("clip_episode returns at once when the active episode has no transition yet "
+     "(dataset/writers.py:380-381), which is the case after its first step (an unterminated episode of "
+     "one step has size() - 1 = 0 transitions, writers.py:236-238): a one-step episode that terminates "
+     "or is truncated is not ended, its step takes the next episode's first observation as its "
+     "next_observation, terminal 0, and the two episodes are one")
+@pytest.mark.parametrize("terminated", [True, False])
+def test_one_step_episode_ends_at_clip_episode(terminated):
+    rb = replay_buffer(16)
+    zero = np.zeros(1, np.float32)
+    rb.append(np.full(3, 0.0, np.float32), zero, 1.0)
+    rb.clip_episode(terminated)  # d3rlpy's fit_online does this when the env ends the episode
+    for k in (1.0, 2.0):
+        rb.append(np.full(3, k, np.float32), zero, k)
+    rb.clip_episode(True)
+    picked = [rb.transition_picker(*rb.buffer[i]) for i in range(rb.transition_count)]
+    seen = [(float(t.observation[0]), float(t.next_observation[0]), float(t.terminal)) for t in picked]
+    # never linked to the next episode; a termination is its own terminal transition (a truncated
+    # step has no next observation in d3rlpy's online path, so it is no transition at all)
+    assert not any(o == 0.0 and n == 1.0 for o, n, _ in seen), f"(obs, next obs, terminal) = {seen}"
+    assert not terminated or (0.0, 0.0, 1.0) in seen, f"(obs, next obs, terminal) = {seen}"

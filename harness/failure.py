@@ -189,12 +189,15 @@ class ModelError(ValueError):
         super().__init__(self.own_message + tail)
 
 
-def fail(what: str, got: Any, expected: Any, trace: Trace | None = None, detail: str = "") -> None:
-    """Raise :class:`PropertyFailure` (``"<what>=<got>, but should be <expected> [<call>(<spec>)]"``)."""
+def fail(what: str, got: Any, expected: Any, trace: Trace | None = None, detail: str = "", *,
+         call: str = "") -> None:
+    """Raise :class:`PropertyFailure` (``"<what>=<got>, but should be <expected> [<call>(<spec>)]"``).
+    Without a ``trace``, ``call`` names where it happened (e.g. a benchmark's
+    ``"Sample(torchrl)"``)."""
     got_s = got if isinstance(got, str) and got.startswith("<") else fmt(got)
     exp_s = expected if isinstance(expected, str) else fmt(expected)
     if trace is None:
-        raise PropertyFailure(what, got_s, exp_s, detail=detail)
+        raise PropertyFailure(what, got_s, exp_s, call, detail=detail)
     raise PropertyFailure(what, got_s, exp_s, f"{trace.last_call}({trace.spec!r})", detail,
                           trace.snippet(), trace.adapter)
 

@@ -159,3 +159,16 @@ def test_the_package_imports_nothing_that_exists_only_in_the_repository():
             if target.split(".")[0] in REPOSITORY_ONLY:
                 bad.append(f"{path.relative_to(REPO)}:{line}: {target}")
     assert not bad, f"imports of repository-only names={sorted(set(bad))}, but should be rbcheck.* or none"
+
+
+def test_no_file_cites_a_design_document_outside_the_repository():
+    """The design is docs/design.md: no source, test or doc cites a design
+    document that is not in the repository."""
+    outside = ("DESIGN" + ".md", "REAL_BUGS" + ".md", "../" + "shared")
+    roots = [*(REPO / f for f in PACKAGE.values()), REPO / "tests", REPO / "bench", REPO / "docs"]
+    files = [REPO / "README.md", REPO / "noxfile.py", REPO / "pyproject.toml"]
+    files += [p for root in roots for p in root.rglob("*")
+              if p.suffix in (".py", ".md", ".txt", ".c", ".toml") and "__pycache__" not in p.parts]
+    cited = sorted(f"{p.relative_to(REPO)}: {name}" for p in files if p.is_file()
+                   for name in outside if name in p.read_text(errors="replace"))
+    assert not cited, f"citations of documents outside the repository={cited}, but should be docs/design.md"

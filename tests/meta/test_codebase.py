@@ -172,3 +172,9 @@ def test_no_file_cites_a_design_document_outside_the_repository():
     cited = sorted(f"{p.relative_to(REPO)}: {name}" for p in files if p.is_file()
                    for name in outside if name in p.read_text(errors="replace"))
     assert not cited, f"citations of documents outside the repository={cited}, but should be docs/design.md"
+
+
+def test_the_readme_is_short():
+    """The README is for users (at most 300 lines); measurements live in docs/results/."""
+    lines = len((REPO / "README.md").read_text().splitlines())
+    assert lines <= 300, f"README.md lines={lines}, but should be <= 300: move details into docs/"

@@ -23,7 +23,6 @@ MAX_LINES = 500
 TOO_LONG_FOR_NOW = {
     "harness/mutants.py",  # moves to tests/mutants/
     "harness/concurrency.py",  # being split
-    "variants/native/tree.c",  # one C translation unit: to split with a header
 }
 #: Top-level names that import only in a clone of the repository: the
 #: folders the package is built from (installed as rbcheck.*) and the

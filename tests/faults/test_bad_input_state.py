@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from rbcheck.conformance.test_bad_input import CATALOGUE, fill
 from rbcheck.harness.adapters import load_adapter
+from rbcheck.harness.bad_input import CATALOGUE, fill
 
 from ..unit.test_buffer import same
 from .test_variant_checkpoints import cpu

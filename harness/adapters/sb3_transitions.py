@@ -147,11 +147,11 @@ def _adapter(name: str, *, memopt: bool = False, timeouts: bool = True, nstep_bu
         fields = ("obs", "action")
         notes["transition_fields"] = ("NStepReplayBuffer returns the n-step return in rewards and the bootstrap "
                                       "observation in next_observations (buffers.py:947-954)")
-        caps = {"random", "transitions", "nstep", "env_id"}
+        caps = {"transitions", "nstep", "env_id"}
     else:
         fields = ("obs", "action", "reward", "terminated", "next_obs")
         notes["transition_fields"] = "ReplayBufferSamples has no truncated field, only dones (buffers.py:322)"
-        caps = {"random", "transitions", "env_id"}
+        caps = {"transitions", "env_id"}
     conventions = Conventions(transition_fields=fields, terminal_flag="terminated" if timeouts else "done",
                               notes=notes)
 

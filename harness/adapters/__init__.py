@@ -50,6 +50,8 @@ BUILTIN: dict[str, Builtin] = {
     "sb3-nstep": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_nstep_adapter", False),
     "sb3-nstep-no-timeouts": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_nstep_no_timeouts_adapter",
                                      False),
+    # cpprb's next_of (invariant 10; group cpprb)
+    "cpprb-next-of": Builtin("rbcheck.harness.adapters.cpprb_transitions:cpprb_next_of_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -52,6 +52,10 @@ BUILTIN: dict[str, Builtin] = {
                                      False),
     # cpprb's next_of (invariant 10; group cpprb)
     "cpprb-next-of": Builtin("rbcheck.harness.adapters.cpprb_transitions:cpprb_next_of_adapter", False),
+    # tianshou's obs_next, stored or derived (invariant 10; group tianshou)
+    "tianshou-obs-next": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_obs_next_adapter", False),
+    "tianshou-ignore-obs-next": Builtin(
+        "rbcheck.harness.adapters.tianshou_transitions:tianshou_ignore_obs_next_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -41,6 +41,9 @@ BUILTIN: dict[str, Builtin] = {
     "tianshou": Builtin("rbcheck.harness.adapters.tianshou:tianshou_adapter", False),
     "tianshou-per": Builtin("rbcheck.harness.adapters.tianshou:tianshou_per_adapter", False),
     "sb3": Builtin("rbcheck.harness.adapters.sb3:sb3_adapter", False),
+    # RLlib's old-stack buffers (the 'rllib' dependency group; ray[rllib])
+    "rllib": Builtin("rbcheck.harness.adapters.rllib:rllib_adapter", False),
+    "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

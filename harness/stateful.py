@@ -71,7 +71,9 @@ def make_state_machine(
     conventions = impl.conventions
     readback = prioritized and impl.has("priority_readback")
     seedable = conventions.seedable
-    samplers = ("random", "prioritized") if prioritized else ("random",)
+    # the samplers the adapter declares (a prioritized-only buffer is not
+    # driven through a uniform spec it never claimed)
+    samplers = declared_samplers(impl)
     with_generations = prioritized and impl.has("stale_updates")
     can_save = impl.has("save_load")
     shared_rng = impl.has("shared_rng")

@@ -347,7 +347,8 @@ def test_same_uniforms_give_same_indices_as_reference(impl, reference_impl, data
     layout = data.draw(layouts(max_fields=2), label="layout")
     spec = spec.but(layout=layout.spec_layout())
     ops = data.draw(
-        operations(spec.capacity, prioritized=spec.sampler == "prioritized"), label="operations"
+        operations(spec.capacity, prioritized=spec.sampler == "prioritized", conventions=impl.conventions),
+        label="operations",
     )
     u = data.draw(
         st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=16), label="uniforms"

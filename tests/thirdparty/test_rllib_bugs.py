@@ -179,3 +179,13 @@ def test_float32_priority_is_transformed_in_float64():
 def test_complex_priority_is_refused():
     buf = filled_per()
     assert refuses(lambda: buf.update_priorities(np.array([0]), np.array([1 + 1j])))
+
+
+@bug("no check of the rows: add takes a batch with missing, extra or renamed columns, other dtypes "
+     "or row shapes (rb.py:193-212, the storage is a list of whatever SampleBatch it is handed); "
+     "concat_samples then builds each sample from whichever rows were drawn, so a sample can "
+     "silently lack a column or change its dtype")
+def test_row_with_other_columns_is_refused():
+    buf = ReplayBuffer(capacity=4)
+    buf.add(SampleBatch({"x": np.arange(3, dtype=np.float32), "a": np.arange(3)}))
+    assert refuses(lambda: buf.add(SampleBatch({"x": np.arange(1, dtype=np.float64)})))

@@ -56,6 +56,9 @@ BUILTIN: dict[str, Builtin] = {
     "tianshou-obs-next": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_obs_next_adapter", False),
     "tianshou-ignore-obs-next": Builtin(
         "rbcheck.harness.adapters.tianshou_transitions:tianshou_ignore_obs_next_adapter", False),
+    # RLlib's old-stack buffers (the 'rllib' dependency group; ray[rllib])
+    "rllib": Builtin("rbcheck.harness.adapters.rllib:rllib_adapter", False),
+    "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

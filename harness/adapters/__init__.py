@@ -41,6 +41,11 @@ BUILTIN: dict[str, Builtin] = {
     "tianshou": Builtin("rbcheck.harness.adapters.tianshou:tianshou_adapter", False),
     "tianshou-per": Builtin("rbcheck.harness.adapters.tianshou:tianshou_per_adapter", False),
     "sb3": Builtin("rbcheck.harness.adapters.sb3:sb3_adapter", False),
+    "flashbax": Builtin("rbcheck.harness.adapters.flashbax:flashbax_adapter", False),
+    "flashbax-item": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_adapter", False),
+    "flashbax-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_per_adapter", False),
+    "flashbax-item-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_per_adapter", False),
+    "skrl": Builtin("rbcheck.harness.adapters.skrl:skrl_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -93,9 +93,12 @@ Conventions of the prioritised buffers (``Conventions.notes`` cites each):
 * float32 priorities and tree: ``sum_tree.init`` allocates ``jnp.zeros``
   (float32 in JAX's default mode) with no dtype argument in 0.1.3
   (sum_tree.py:71-74);
-* no eps: flashbax stores ``p ** alpha`` and documents that the caller adds
-  eps ("priorities: ... Commonly this will be abs(td-error) + eps",
-  ptb:751); the suite's specs use eps = 0 (``param_ranges.eps``);
+* no eps argument: flashbax stores ``p ** alpha`` and documents that the
+  caller adds eps ("priorities: ... Commonly this will be abs(td-error) +
+  eps", ptb:751): the adapter hands it ``p + spec.eps`` (in the priority's
+  dtype), so the spec's ``(p + eps) ** alpha`` is what is checked, except
+  that flashbax stores 0 for a priority of exactly 0 (ptb:771-773) and
+  starts its record at 1.0 stored, not ``(1 + eps) ** alpha``;
 * no importance weights: the adapter's ``(N P) ** -beta`` is not
   normalised (``weight_normaliser="none"``);
 * sampling is stratified: draw k of B falls in the k-th of B equal segments
@@ -130,19 +133,17 @@ from rbcheck.harness.adapters.numpy_rows import (
     leaves,
     row_count,
 )
-from rbcheck.harness.protocol import EPS_RULES, Adapter, BufferSpec, Conventions, ParamRange
+from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions, ParamRange
 
 SRC = "flashbax 0.1.3"
 UNIFORM_CAPABILITIES = frozenset({"random", "bad_input"})
 PER_CAPABILITIES = frozenset({"prioritized", "priority_readback", "bad_input"})
 
-_EPS_NONE = "none" in EPS_RULES  # the rllib columns add Conventions.eps_rule="none"
-
 PER_CONVENTIONS = Conventions(
     priority_dtype=torch.float32,
     weight_normaliser="none",
     sampling="stratified",
-    param_ranges={"alpha": ParamRange(0.0, 1.0), "eps": ParamRange(0.0, 0.0)},
+    param_ranges={"alpha": ParamRange(0.0, 1.0)},
     notes={
         "priority_dtype": f"sum_tree.init allocates jnp.zeros with no dtype argument: float32 in JAX's "
         f"default mode ({SRC} buffers/sum_tree.py:71-74)",
@@ -151,8 +152,6 @@ PER_CONVENTIONS = Conventions(
         "sampling": f"stratified_sample: draw k in the k-th of B equal segments ({SRC} buffers/sum_tree.py:180-215)",
         "param_ranges.alpha": f"validate_priority_exponent: 0 <= priority_exponent <= 1 "
         f"({SRC} buffers/prioritised_flat_buffer.py:49-54)",
-        "param_ranges.eps": "no eps argument: p ** alpha is stored, the caller adds eps "
-        f"({SRC} buffers/prioritised_trajectory_buffer.py:751, :771-773)",
     },
 )
 
@@ -216,9 +215,6 @@ class FlashbaxBuffer(OwnRandomness):
         self.spec = spec
         self.kind = kind
         _, self.prioritized, self.seq_len = KINDS[kind]
-        if self.prioritized and spec.eps != 0 and not _EPS_NONE:
-            raise ValueError(f"spec.eps={spec.eps!r}, but flashbax takes no eps (it stores p ** alpha; "
-                             f"the caller adds eps): only eps=0 can be built")
         self.batch = check_batch_size(None, spec.batch_size) or 1
         # flashbax validates capacity, batch size and alpha here (ValueError)
         self.fns = _functions(kind, spec.capacity, self.batch, float(spec.alpha))
@@ -345,6 +341,8 @@ class FlashbaxBuffer(OwnRandomness):
             import pytest
 
             pytest.skip("not applicable: flashbax takes arrays, and a tensor on the meta device has no data")
+        # flashbax takes no eps: the caller adds it (ptb:751), in the priority's own dtype
+        pri = pri + torch.as_tensor(self.spec.eps, dtype=pri.dtype) if pri.is_floating_point() else pri
         self.state = self.fns["set_priorities"](self.state, jnp.asarray(idx.numpy()), jnp.asarray(pri.numpy()))
 
     def stored_priority(self, index) -> torch.Tensor:
@@ -362,7 +360,7 @@ class FlashbaxBuffer(OwnRandomness):
         if self.spec.alpha == 0:
             raise NotImplementedError("flashbax records max(p ** alpha), which is 1 for every p at alpha=0: "
                                       "the raw maximum cannot be read back")
-        return float(recorded ** (1.0 / float(self.spec.alpha)))
+        return float(recorded ** (1.0 / float(self.spec.alpha)) - float(self.spec.eps))
 
 
 def _version() -> str:
@@ -380,10 +378,11 @@ def _version() -> str:
 
 def _maker(kind: str):
     def make(spec: BufferSpec) -> FlashbaxBuffer:
-        want = "prioritized" if KINDS[kind][1] else "random"
-        if spec.sampler != want:
-            raise ValueError(f"spec.sampler={spec.sampler!r}, but should be {want!r} (flashbax {kind} buffer)")
-        return FlashbaxBuffer(spec, kind)
+        if spec.sampler not in ("random", "prioritized"):
+            raise ValueError(f"spec.sampler={spec.sampler!r}, but should be 'random' or 'prioritized' (flashbax)")
+        # a uniform spec on a prioritised column builds its uniform counterpart (as cpprb-per does)
+        base = kind.removesuffix("-per")
+        return FlashbaxBuffer(spec, base + "-per" if spec.sampler == "prioritized" else base)
 
     return make
 

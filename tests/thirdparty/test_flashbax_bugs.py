@@ -55,3 +55,20 @@ def test_index_past_capacity_is_refused_or_never_sampled():
         return
     drawn = np.asarray(buffer.sample(state, jax.random.PRNGKey(0)).indices)
     assert (drawn < 5).all(), f"drawn {drawn.tolist()} from a buffer of capacity 5"
+
+
+@bug("a newly added item gets jnp.full_like(newly_valid_item_indices, fill_value=max_recorded_priority) "
+     "(buffers/prioritised_trajectory_buffer.py:443-445): the array takes the int32 dtype of the indices, "
+     "so the max recorded priority is truncated to an integer (7.25 -> 7, 0.9 stays 1.0 only because "
+     "the record starts at 1.0)")
+def test_new_item_gets_the_max_recorded_priority_exactly():
+    buffer = fbx.make_prioritised_item_buffer(max_length=4, min_length=1, sample_batch_size=1,
+                                              add_sequences=True, priority_exponent=1.0)
+    state = buffer.init({"x": jnp.zeros(())})
+    state = buffer.add(state, {"x": jnp.zeros(1)})
+    state = buffer.set_priorities(state, jnp.array([0]), jnp.array([7.25]))
+    state = buffer.add(state, {"x": jnp.ones(1)})
+    from flashbax.buffers import sum_tree
+
+    stored = np.asarray(sum_tree.get_batch(state.sum_tree_state, jnp.array([0, 1])))
+    assert stored.tolist() == [7.25, 7.25], f"stored {stored.tolist()}"

@@ -42,3 +42,24 @@ def test_wrapping_batch_fills_the_memory():
     mem.add_samples(a=torch.arange(6.0).reshape(6, 1))
     assert len(mem) == 4
     assert sorted(mem.tensors_view["a"].flatten().tolist()) == [2.0, 3.0, 4.0, 5.0]
+
+
+@bug("no check of the arguments: memory_size 0 or negative builds a memory (base.py:50-57), "
+     "sample(batch_size=0) returns an empty batch (random.py:71), a row of another dtype is cast by "
+     "copy_ (base.py:226-246)")
+@pytest.mark.parametrize("case", ["capacity_zero", "batch_size_zero", "wrong_dtype"])
+def test_bad_arguments_are_refused(case):
+    def call():
+        if case == "capacity_zero":
+            return memory(0, "a")
+        mem = memory(4, "a")
+        mem.add_samples(a=torch.ones(2, 1))
+        if case == "batch_size_zero":
+            return mem.sample(["a"], batch_size=0)
+        return mem.add_samples(a=torch.ones(2, 1, dtype=torch.float64))
+
+    try:
+        call()
+    except Exception:  # noqa: BLE001 - any refusal will do
+        return
+    raise AssertionError(f"{case} was accepted, but should be refused")

@@ -11,8 +11,11 @@ what the oracle says, in the declared convention's own terms.
   (:meth:`Conventions.priorities`), eps too: the expected values are those of
   an exact computation on the numbers the buffer actually received.
 * ``leaf_i = (raw_i + eps) ** alpha`` with eps from
-  :meth:`Conventions.effective_eps`; ``P_i = leaf_i / sum_j leaf_j`` over the
-  N held slots.
+  :meth:`Conventions.effective_eps` (0 under ``eps_rule="none"``: ``raw ** alpha``);
+  ``P_i = leaf_i / sum_j leaf_j`` over the N held slots.
+* under ``positive_priorities`` the buffer refuses a raw 0: the oracle
+  refuses to be handed one (a property that forgot the convention would
+  otherwise expect a write the buffer never made).
 * weights: ``(N P_i) ** -beta`` divided by ``max_j (N P_j) ** -beta`` over the
   held slots with ``P_j > 0`` ("buffer_min"), over the batch ("batch_max"), or
   not divided ("none").
@@ -123,6 +126,11 @@ class PriorityOracle:
         return keep
 
     def _set(self, slots: torch.Tensor, values: torch.Tensor) -> None:
+        if self.conventions.positive_priorities and bool((values <= 0).any()):
+            raise ValueError(
+                f"raw priorities={values.tolist()}, but should be > 0 for a buffer declaring "
+                f"positive_priorities (it refuses 0: draw with strategies.priorities(conventions=...))"
+            )
         for slot, value in zip(slots.tolist(), values.tolist(), strict=True):  # last write wins
             self.raw[slot] = value
         if len(values):

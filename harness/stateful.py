@@ -197,7 +197,8 @@ def make_state_machine(
             which = data.draw(st.integers(0, len(self.samples) - 1), label="which sample")
             index, generation, serials = self.samples[which]
             raw = data.draw(
-                st.lists(priorities(), min_size=len(index), max_size=len(index)), label="priorities"
+                st.lists(priorities(conventions=conventions), min_size=len(index), max_size=len(index)),
+                label="priorities"
             )
             raw = conventions.priorities(raw)
             use_gen = with_generation and with_generations and generation is not None
@@ -224,7 +225,8 @@ def make_state_machine(
                 st.lists(st.integers(0, n - 1), min_size=1, max_size=5), label="slots"
             )
             raw = data.draw(
-                st.lists(priorities(), min_size=len(index), max_size=len(index)), label="priorities"
+                st.lists(priorities(conventions=conventions), min_size=len(index), max_size=len(index)),
+                label="priorities"
             )
             index = torch.tensor(index, dtype=torch.int64)
             raw = conventions.priorities(raw)

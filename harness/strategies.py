@@ -301,8 +301,17 @@ def episode_layouts(
     return EpisodeLayout(tuple(lengths), first_episode=draw(st.integers(0, 3)))
 
 
-def priorities(max_value: float = 100.0) -> st.SearchStrategy[float]:
-    """Raw priorities: zero included on purpose, finite, non-negative."""
+def priorities(max_value: float = 100.0, conventions: Conventions | None = None) -> st.SearchStrategy[float]:
+    """Raw priorities: zero included on purpose, finite, non-negative; under
+    ``conventions.positive_priorities`` (the buffer refuses 0) only those
+    that stay > 0 in its ``priority_dtype``: from its smallest normal number up."""
+    if conventions is not None and conventions.positive_priorities:
+        tiny = float(torch.finfo(conventions.priority_dtype).tiny)
+        return st.one_of(
+            st.just(tiny),
+            st.floats(min_value=tiny, max_value=max_value, allow_nan=False, allow_infinity=False),
+            st.sampled_from([1e-3, 0.5, 1.0, 2.0, 7.25]),
+        )
     return st.one_of(
         st.just(0.0),
         st.floats(min_value=0.0, max_value=max_value, allow_nan=False, allow_infinity=False),
@@ -310,8 +319,9 @@ def priorities(max_value: float = 100.0) -> st.SearchStrategy[float]:
     )
 
 
-def priority_vectors(n: int, max_value: float = 100.0) -> st.SearchStrategy[torch.Tensor]:
-    return st.lists(priorities(max_value), min_size=n, max_size=n).map(
+def priority_vectors(n: int, max_value: float = 100.0, conventions: Conventions | None = None
+                     ) -> st.SearchStrategy[torch.Tensor]:
+    return st.lists(priorities(max_value, conventions), min_size=n, max_size=n).map(
         lambda xs: torch.tensor(xs, dtype=torch.float64)
     )
 

@@ -46,6 +46,9 @@ BUILTIN: dict[str, Builtin] = {
     "flashbax-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_per_adapter", False),
     "flashbax-item-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_per_adapter", False),
     "skrl": Builtin("rbcheck.harness.adapters.skrl:skrl_adapter", False),
+    # RLlib's old-stack buffers (the 'rllib' dependency group; ray[rllib])
+    "rllib": Builtin("rbcheck.harness.adapters.rllib:rllib_adapter", False),
+    "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -26,7 +26,8 @@ default batch size for cpprb, tianshou and SB3; beta for cpprb): nothing sees
 it before the first one.
 
 Priorities follow DeepMind Reverb: NaN, infinite and negative priorities are
-refused, zero is allowed (such a row is never sampled); so is a finite
+refused, zero is allowed (such a row is never sampled; under the convention
+``positive_priorities`` zero is refused too, cases ``priority_zero``); so is a finite
 priority whose transform ``(p + eps) ** alpha`` overflows float64 (1e200 with
 alpha = 2), on update and on write, even in an update entry that is stale. Every priority a case
 hands over is in the dtype the adapter declares
@@ -104,7 +105,7 @@ HUGE = 1e200
 
 def fill(buf, spec: BufferSpec, conv) -> None:
     if spec.priority_key:
-        buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0, 3.0], conv))
+        buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0 if conv.admits(0.0) else 0.125, 3.0], conv))
     else:
         buf.extend(rows(WRITTEN))
     if spec.sampler == "prioritized":  # in the declared dtype, as every priority the suite hands over
@@ -205,7 +206,15 @@ CATALOGUE = [
     Case("slice_batch_not_divisible", SLICES, "batch_size", lambda buf, conv: buf.sample(5), ("slice",)),
     Case("slice_longer_than_every_episode", SLICES.but(num_slices=None, slice_len=3), "slice_len",
          lambda buf, conv: buf.sample(3), ("slice",), probe=2),
+    # --- a priority of 0 where the buffer declares positive_priorities ------
+    Case("priority_zero", PRIORITIZED, "priority", update([0, 1, 2], [1.0, 0.0, 2.0]), P),
+    Case("priority_key_zero_on_extend", KEYED, "priority",
+         lambda buf, conv: buf.extend(with_priority(2, [1.0, 0.0], conv)), P + ("priority_key",)),
 ]
+#: Cases that are bad input only under conventions.positive_priorities (the
+#: spec allows a priority of 0: test_sampling_distributions checks such a
+#: row is never drawn).
+ZERO_CASES = ("priority_zero", "priority_key_zero_on_extend")
 
 @dataclass(frozen=True)
 class SpecCase:
@@ -485,9 +494,15 @@ def test_bad_input_is_refused_and_nothing_changes(impl, make_buffer, case):
         if not impl.has(cap):
             pytest.skip(f"unavailable: {cap}: {impl.unavailable[cap]}" if cap in impl.unavailable
                         else f"not declared: {cap}")
-    if case.id == "sample_all_priorities_zero" and impl.conventions.eps_rule != "add":
+    if case.id == "sample_all_priorities_zero" and impl.conventions.eps_rule == "finfo_on_update":
         pytest.skip(f"convention: eps_rule={impl.conventions.eps_rule} (the buffer adds its own eps "
                     f"on update, so no stored priority is 0 and the total never is)")
+    if case.id == "sample_all_priorities_zero" and impl.conventions.positive_priorities:
+        pytest.skip("convention: positive_priorities (the buffer refuses a priority of 0, so the "
+                    "total never is 0; the refusal is case priority_zero)")
+    if case.id in ZERO_CASES and not impl.conventions.positive_priorities:
+        pytest.skip("spec: a priority of 0 is allowed (a bad input only under the convention "
+                    "positive_priorities)")
     trace = Trace(impl, case.spec)
     bufs = [make_buffer(case.spec) for _ in range(3)]
     for buf in bufs:
@@ -609,7 +624,7 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
                          impl.conventions.effective_eps(spec.eps), spec.alpha)
         assert_close(f"stored_priority({slots})", buf.stored_priority(torch.tensor(slots)), want, trace,
                      tol=priority_tolerance(own, spec.alpha))
-        if impl.conventions.eps_rule == "add":
+        if impl.conventions.eps_rule != "finfo_on_update":
             assert_same("max_priority", float(buf.max_priority), max(max_before, *DTYPE_RAW), trace)
         else:  # the buffer records the max with its own eps added (tianshou prio.py:89)
             assert_close("max_priority", torch.tensor([float(buf.max_priority)], dtype=torch.float64),

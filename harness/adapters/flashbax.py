@@ -64,7 +64,8 @@ Mapping:
   (``leaf / root``, sum_tree.py:240) but no importance weights: the adapter
   computes ``info["weight"] = (len * probability) ** -spec.beta`` in float64
   from flashbax's float32 probabilities, not divided by anything (see
-  conventions).
+  conventions). ``beta`` is thus the adapter's own parameter: ``make``
+  refuses one outside ``[0, 1]`` (NaN included), flashbax has none.
 * ``update_priority(index, priority)``: ``state = set_priorities(state,
   index, priority)`` (ptb:740): flashbax stores ``p ** alpha``, and 0 for
   ``p == 0`` (ptb:771-773), with ``set_batch_scan`` on the CPU (ptb:62,
@@ -74,7 +75,8 @@ Mapping:
   records the largest *stored* value, ``max(1.0, p ** alpha)`` over the
   buffer's life (``max_recorded_priority``, sum_tree.py:74, :383), and gives
   new items exactly that (ptb:443); the adapter returns it as a raw priority,
-  ``max_recorded ** (1 / alpha)`` (alpha = 0 keeps no raw value: it raises).
+  ``max_recorded ** (1 / alpha)``, within float32's error (alpha = 0 keeps
+  no raw value: the record itself, 1.0, is returned and not compared).
 * no ``save``/``load``: the state is a pytree the user checkpoints with
   their own tools (flashbax's ``Vault`` stores experience, not the buffer's
   state); "save_load" is not declared.
@@ -93,12 +95,10 @@ Conventions of the prioritised buffers (``Conventions.notes`` cites each):
 * float32 priorities and tree: ``sum_tree.init`` allocates ``jnp.zeros``
   (float32 in JAX's default mode) with no dtype argument in 0.1.3
   (sum_tree.py:71-74);
-* no eps argument: flashbax stores ``p ** alpha`` and documents that the
-  caller adds eps ("priorities: ... Commonly this will be abs(td-error) +
-  eps", ptb:751): the adapter hands it ``p + spec.eps`` (in the priority's
-  dtype), so the spec's ``(p + eps) ** alpha`` is what is checked, except
-  that flashbax stores 0 for a priority of exactly 0 (ptb:771-773) and
-  starts its record at 1.0 stored, not ``(1 + eps) ** alpha``;
+* no eps (``eps_rule="none"``): flashbax stores ``p ** alpha``, and 0 for a
+  priority of exactly 0 (ptb:771-773), and documents that the caller adds
+  eps ("priorities: ... Commonly this will be abs(td-error) + eps",
+  ptb:751); ``spec.eps`` is not handed over (there is nothing to hand it to);
 * no importance weights: the adapter's ``(N P) ** -beta`` is not
   normalised (``weight_normaliser="none"``);
 * sampling is stratified: draw k of B falls in the k-th of B equal segments
@@ -141,12 +141,15 @@ PER_CAPABILITIES = frozenset({"prioritized", "priority_readback", "bad_input"})
 
 PER_CONVENTIONS = Conventions(
     priority_dtype=torch.float32,
+    eps_rule="none",
     weight_normaliser="none",
     sampling="stratified",
     param_ranges={"alpha": ParamRange(0.0, 1.0)},
     notes={
         "priority_dtype": f"sum_tree.init allocates jnp.zeros with no dtype argument: float32 in JAX's "
         f"default mode ({SRC} buffers/sum_tree.py:71-74)",
+        "eps_rule": "no eps: p ** alpha stored, 0 for p == 0; the caller adds eps "
+        f"({SRC} buffers/prioritised_trajectory_buffer.py:751, :771-773)",
         "weight_normaliser": "no importance weights: sample returns probabilities (leaf / root, "
         f"{SRC} buffers/sum_tree.py:240); the adapter's (N P) ** -beta is not normalised",
         "sampling": f"stratified_sample: draw k in the k-th of B equal segments ({SRC} buffers/sum_tree.py:180-215)",
@@ -215,6 +218,10 @@ class FlashbaxBuffer(OwnRandomness):
         self.spec = spec
         self.kind = kind
         _, self.prioritized, self.seq_len = KINDS[kind]
+        if self.prioritized and not (0.0 <= spec.beta <= 1.0):  # NaN fails too
+            # flashbax has no beta: it is the adapter's, for its weights (see sample)
+            raise ValueError(f"spec.beta={spec.beta!r}, but should be in [0, 1] (flashbax has no beta: "
+                             f"the adapter computes the weights (N P) ** -beta)")
         self.batch = check_batch_size(None, spec.batch_size) or 1
         # flashbax validates capacity, batch size and alpha here (ValueError)
         self.fns = _functions(kind, spec.capacity, self.batch, float(spec.alpha))
@@ -341,11 +348,11 @@ class FlashbaxBuffer(OwnRandomness):
             import pytest
 
             pytest.skip("not applicable: flashbax takes arrays, and a tensor on the meta device has no data")
-        # flashbax takes no eps: the caller adds it (ptb:751), in the priority's own dtype
-        pri = pri + torch.as_tensor(self.spec.eps, dtype=pri.dtype) if pri.is_floating_point() else pri
         self.state = self.fns["set_priorities"](self.state, jnp.asarray(idx.numpy()), jnp.asarray(pri.numpy()))
 
     def stored_priority(self, index) -> torch.Tensor:
+        if self.state is None:  # no row yet, so no state: a fresh tree holds zeros (sum_tree.py:73)
+            return torch.zeros(len(torch.as_tensor(index).reshape(-1)), dtype=torch.float64)
         sum_tree = importlib.import_module("flashbax.buffers.sum_tree")
         jnp = importlib.import_module("jax.numpy")
         idx = jnp.asarray(torch.as_tensor(index, dtype=torch.int64).numpy())
@@ -357,10 +364,9 @@ class FlashbaxBuffer(OwnRandomness):
         if self.state is None:
             return 1.0
         recorded = float(np.asarray(self.state.sum_tree_state.max_recorded_priority))
-        if self.spec.alpha == 0:
-            raise NotImplementedError("flashbax records max(p ** alpha), which is 1 for every p at alpha=0: "
-                                      "the raw maximum cannot be read back")
-        return float(recorded ** (1.0 / float(self.spec.alpha)) - float(self.spec.eps))
+        if self.spec.alpha == 0:  # max(p ** 0) is 1 whatever p: no raw value (the oracle expects none)
+            return recorded
+        return float(recorded ** (1.0 / float(self.spec.alpha)))
 
 
 def _version() -> str:

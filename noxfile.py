@@ -14,8 +14,8 @@ CONSTRAINTS = ("-c", ".ci/constraints.txt")
 #: Built-in adapters of variants/ whose conformance runs in the tests session.
 VARIANTS = ("device", "triton")
 #: Dependency groups of the third-party buffers validate reports on (cpprb,
-#: tianshou, stable-baselines3, RLlib); never needed by the tests session.
-THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3", "rllib")
+#: tianshou, stable-baselines3, RLlib, flashbax, skrl); never needed by the tests session.
+THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3", "rllib", "flashbax", "skrl")
 #: TorchRL releases measured by `nox -s history` (each in its own prefix).
 TORCHRL_HISTORY = ("0.6.0", "0.8.1", "0.9.2", "0.14.1")
 #: Where TorchRL's C++ extension builds are cached (keyed by sources + torch),

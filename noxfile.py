@@ -14,8 +14,8 @@ CONSTRAINTS = ("-c", ".ci/constraints.txt")
 #: Built-in adapters of variants/ whose conformance runs in the tests session.
 VARIANTS = ("device", "triton")
 #: Dependency groups of the third-party buffers validate reports on (cpprb,
-#: tianshou, stable-baselines3); never needed by the tests session.
-THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3")
+#: tianshou, stable-baselines3, RLlib, flashbax, skrl); never needed by the tests session.
+THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3", "rllib", "flashbax", "skrl")
 #: TorchRL releases measured by `nox -s history` (each in its own prefix).
 TORCHRL_HISTORY = ("0.6.0", "0.8.1", "0.9.2", "0.14.1")
 #: Where TorchRL's C++ extension builds are cached (keyed by sources + torch),
@@ -188,11 +188,12 @@ def thirdparty_env(session: nox.Session, env: str) -> None:
 @nox.session(requires=[f"thirdparty_env(env='{env}')" for env in VALIDATE_ENVS if env != "main"])
 def thirdparty(session: nox.Session) -> None:
     """The executed repros of docs/findings.md (tests/thirdparty) with cpprb,
-    tianshou and stable-baselines3 installed (those of a library with an
+    tianshou, stable-baselines3 and RLlib installed (those of a library with an
     environment of its own ran first, in it: thirdparty_env); the tests
     session skips them (the libraries are not installed there)."""
     install(session, "test", *THIRD_PARTY_GROUPS)
     session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # RLlib's repros: nothing leaves the machine
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 

@@ -31,6 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rbcheck.harness.outcomes import cell_text
+
 PASSED, FAILED, ABORTED = 0, 1, 2
 
 #: pytest's exit statuses (``pytest.ExitCode``), as the reasons name them.
@@ -77,7 +79,7 @@ def _row(test: dict[str, Any]) -> str:
 
 
 def judge(result: Any, *, strict: bool = True) -> Verdict:
-    """The verdict on one :class:`rbcheck.harness.report.ImplResult`.
+    """The verdict on one :class:`rbcheck.harness.outcomes.ImplResult`.
     ``strict=False`` (``check_buffer(strict=False)``) lets an XPASS pass."""
     name = result.name
     if result.status == "unavailable":
@@ -101,8 +103,6 @@ def judge(result: Any, *, strict: bool = True) -> Verdict:
         aborted.append("pytest recorded errors outside the tests")
     reasons = [f"{name}: the run did not complete: {aborted[0]}"] if aborted else []
     reasons += [f"{name}: {a}" for a in aborted[1:]] + [f"{name}: {error}" for error in result.errors]
-    from rbcheck.harness.report import cell_text
-
     for test in result.tests:
         if test["outcome"] in ("fail", "error"):
             reasons.append(f"{name}: {_row(test)}: {cell_text('fail', test.get('message', ''))}")

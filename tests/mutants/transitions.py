@@ -158,7 +158,7 @@ class SlotTransitions:
         return rows, {"index": index}
 
 
-def _adapter(name: str, bugs: tuple[str, ...] = (), capabilities=("random", "transitions", "nstep", "env_id"),
+def _adapter(name: str, bugs: tuple[str, ...] = (), capabilities=("transitions", "nstep", "env_id"),
              **conventions) -> Adapter:
     conv = Conventions(**conventions)
     return Adapter(name=name, version="mutant", make=lambda spec: SlotTransitions(spec, frozenset(bugs), conv),

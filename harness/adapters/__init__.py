@@ -64,6 +64,8 @@ BUILTIN: dict[str, Builtin] = {
     # RLlib's old-stack buffers (the 'rllib' dependency group; ray[rllib])
     "rllib": Builtin("rbcheck.harness.adapters.rllib:rllib_adapter", False),
     "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
+    # d3rlpy's ReplayBuffer(FIFOBuffer) (the 'd3rlpy' group, its own validate environment)
+    "d3rlpy": Builtin("rbcheck.harness.adapters.d3rlpy:d3rlpy_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

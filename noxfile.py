@@ -117,7 +117,7 @@ def thirdparty(session: nox.Session) -> None:
     """The executed repros of docs/findings.md (tests/thirdparty) with cpprb,
     tianshou and stable-baselines3 installed; the tests session skips them
     (the libraries are not installed there)."""
-    install(session, "test", *THIRD_PARTY_GROUPS)
+    install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)  # torchrl: its checkpoint guarantees
     session.env.setdefault("RBCHECK_PROFILE", "ci")
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)
 
@@ -140,8 +140,11 @@ def bench(session: nox.Session) -> None:
     """pytest-benchmark micro-benchmarks of every implementation side by side
     (default grid; `nox -s bench -- --bench-grid full` for every size): JSON in
     reports/bench.json, ratio tables in reports/bench_ratios.{txt,md}, the
-    throughput plot in reports/bench_throughput.png. Quote ratios, not times."""
-    install(session, "test", "bench", "torchrl")
+    throughput plot in reports/bench_throughput.png; then rbcheck's `device`
+    variant side by side with every peer (bench/peers.py: TorchRL, cpprb,
+    tianshou, stable-baselines3; each answer checked first, three runs) into
+    reports/peers.json, rendered to docs/results/peers.md. Quote ratios, not times."""
+    install(session, "test", "bench", "torchrl", *THIRD_PARTY_GROUPS)
     ensure_torchrl_extension(session)
     # one intra-op thread: stable numbers on shared machines (docs/benchmarks.md)
     session.env.setdefault("RBCHECK_BENCH_THREADS", "1")
@@ -155,6 +158,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.ratios", "reports/bench.json", "--format", "markdown",
                 "-o", "reports/bench_ratios.md", silent=True)
     session.run("python", "-m", "bench.plot", "reports/bench.json", "-o", "reports/bench_throughput.png")
+    session.run("python", "-m", "bench.peers", "--runs", "3", "--out", "reports/peers.json")
+    session.run("python", "-m", "bench.peers", "--render", "reports/peers.json", "-o", "docs/results/peers.md")
 
 
 @nox.session

@@ -879,6 +879,81 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
     }
 
 
+# --- what a checkpoint costs ---------------------------------------------------------------
+
+
+def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dict:
+    """Median seconds of the parts of rbcheck's ``save``/``load`` of a full uniform buffer
+    (the reference's checkpoint code, which the variant uses) and of what could replace
+    them: the integrity hash (sha256, what it uses, against blake2b and sha512), the fsyncs,
+    the copies (``state_dict``'s clone out of the interleaved rows, safetensors' encode and
+    decode, the staged clone of a load and ``repack``'s copy back into rows), and TorchRL's
+    ``dumps``/``loads`` of the same rows when TorchRL imports."""
+    import hashlib
+
+    from safetensors.torch import load as load_tensors
+
+    from rbcheck.reference import checkpoint_format as fmt
+
+    def med(fn):
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    base = Rbcheck()
+    buf = base.build(capacity, width, False)
+    tmp = Path(tempfile.mkdtemp(prefix="rbcheck-peers-costs-"))
+    try:
+        state = buf.state_dict()
+        _, blob = fmt.encode(state)
+        out = {"bytes": len(blob), "width": width, "capacity": capacity}
+        out["save"] = med(lambda: buf.dumps(tmp / "ckpt"))
+        target = base.new_target(buf, capacity)
+        out["load"] = med(lambda: target.loads(tmp / "ckpt"))
+        out["state_dict (clone out of the rows)"] = med(buf.state_dict)
+        out["encode (safetensors + sha256 + JSON)"] = med(lambda: fmt.encode(state))
+        for name in ("sha256", "blake2b", "sha512"):
+            out[f"hash {name}"] = med(lambda name=name: hashlib.new(name, blob).digest())
+        data_file = tmp / "blob"
+
+        def write(sync: bool):
+            with open(data_file, "wb") as f:
+                f.write(blob)
+                f.flush()
+                if sync:
+                    os.fsync(f.fileno())
+
+        out["write (no fsync)"] = med(lambda: write(False))
+        out["write + fsync"] = med(lambda: write(True))
+        raw = data_file.read_bytes()
+        out["read the file"] = med(data_file.read_bytes)
+        out["decode (safetensors load)"] = med(lambda: load_tensors(raw))
+        loaded = fmt.decode(*fmt.encode(state))
+        staged = base.new_target(buf, capacity)
+        out["load_state_dict (staged clone)"] = med(lambda: staged.storage.load_state_dict(
+            loaded["storage"], capacity))
+        out["repack (copy into rows)"] = med(lambda: (staged.storage.load_state_dict(
+            loaded["storage"], capacity), staged.storage.repack())) - out["load_state_dict (staged clone)"]
+        try:
+            trl = TorchRL()
+            if trl.unavailable() is None:
+                rb = trl.build(capacity, width, False)
+                out["torchrl dumps"] = med(lambda: rb.dumps(tmp / "trl"))
+                trl_target = trl.new_target(rb, capacity)
+                out["torchrl loads"] = med(lambda: trl_target.loads(tmp / "trl"))
+                del rb, trl_target
+        except ImportError as err:
+            log(f"TorchRL not timed: {err}")
+        log(f"checkpoint costs, width {width}: " + ", ".join(
+            f"{k} {v * 1e3:.0f} ms" for k, v in out.items() if isinstance(v, float)))
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # --- the table -----------------------------------------------------------------------------
 
 
@@ -944,6 +1019,18 @@ def render(report: dict) -> str:
                 cells.append(f"{_fmt([r['ratio_median'] for r in rs])} ({_fmt([r['ratio_min'] for r in rs])})"
                              if rs else "—")
             lines.append(f"| {label(op)} | " + " | ".join(cells) + " |")
+    costs = report.get("checkpoint_costs")
+    if costs:
+        keys = [k for k in costs[0] if k not in ("bytes", "width", "capacity")]
+        lines += ["", "## What rbcheck's `save` and `load` spend", "",
+                  f"`python -m bench.peers --costs`: median milliseconds of each part for the full "
+                  f"uniform buffer (load average {report.get('checkpoint_costs_load_average')}); "
+                  "the hashes run over the whole tensor file.", "",
+                  "| part | " + " | ".join(f"width {c['width']} ({c['bytes'] / 2**20:.0f} MiB)" for c in costs)
+                  + " |", "|---|" + "---|" * len(costs)]
+        for key in keys:
+            lines.append(f"| {key} | " + " | ".join(
+                f"{c[key] * 1e3:.0f}" if key in c else "—" for c in costs) + " |")
     base = [b for b in report["baselines"] if b["run"] == 0 and b["impl"] == BASE]
     if base:
         lines += ["", "rbcheck's own median times in the first run (microseconds; absolute times on a "
@@ -974,6 +1061,10 @@ def main(argv=None) -> int:
                              f"(after {MIN_REPS} repetitions)")
     parser.add_argument("--runs", type=int, default=3, help="timing runs over the same buffers")
     parser.add_argument("--peers", default=None, help="comma-separated subset of the peers")
+    parser.add_argument("--costs", action="store_true",
+                        help="instead of the side-by-side run: time the parts of rbcheck's save and "
+                             "load (hashes, fsync, copies) and TorchRL's dumps/loads, for each width, "
+                             "into the report at --out (which must exist)")
     args = parser.parse_args(argv)
     if args.render is not None:
         report = json.loads(Path(args.render).read_text())
@@ -989,6 +1080,13 @@ def main(argv=None) -> int:
     if any(w < 1 for w in widths):
         parser.error(f"--widths={args.widths}, but should be integers >= 1")
     torch.set_num_threads(int(os.environ.get("RBCHECK_BENCH_THREADS", "1")))
+    if args.costs:
+        report = json.loads(Path(args.out).read_text())
+        report["checkpoint_costs"] = [checkpoint_costs(args.capacity, w) for w in widths]
+        report["checkpoint_costs_load_average"] = round(os.getloadavg()[0], 1)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.out}")
+        return 0
     peers = all_peers()
     if args.peers:
         wanted = args.peers.split(",")

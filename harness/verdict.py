@@ -55,6 +55,7 @@ class Verdict:
     code: int
     reasons: tuple[str, ...] = ()
     unavailable: bool = False
+    not_run: tuple[int, int] = (0, 0)  # (tests unavailable, tests selected): said in the summary line
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def judge(result: Any, *, strict: bool = True) -> Verdict:
             reasons.append(f"{name}: {_row(test)}: {cell_text('xpass', test.get('message', ''))}: it passed: "
                            f"remove the entry, or name only the tests that fail")
     code = ABORTED if aborted else FAILED if reasons else PASSED
-    return Verdict(name, code, tuple(reasons))
+    missing = sum(t["outcome"] == "unavailable" for t in result.tests)
+    return Verdict(name, code, tuple(reasons), not_run=(missing, len(result.tests)))
 
 
 def decide(results: Iterable[Any], informational: Iterable[str] = (), *, strict: bool = True) -> Decision:
@@ -148,4 +150,8 @@ def explain(decision: Decision, outputs: dict[str, str] | None = None) -> tuple[
         err.append(f"\n{head}: {len(decision.problems)} problem(s):")
         err += [f"  {problem}" for problem in decision.problems]
     out = "" if decision.code else f"\nno problems in {', '.join(decision.gated) or '(none gated)'}"
+    gaps = [f"{v.name}: {v.not_run[0]} of {v.not_run[1]} tests unavailable" for v in decision.verdicts
+            if v.name in decision.gated and v.not_run[0]]
+    if out and gaps:  # a pass is only as wide as what ran: say what did not
+        out += f" ({'; '.join(gaps)}: see the reasons above)"
     return out, "\n".join(err)

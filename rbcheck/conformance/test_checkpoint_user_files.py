@@ -117,7 +117,7 @@ def test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical
     for count, extra in enumerate((0, 3), start=1):
         buf = source(impl, spec, extra=extra)
         # the snapshot samples (it moves the generator): take it of an untouched twin
-        saved = snapshot(source(impl, spec, extra=extra), spec)
+        saved = snapshot(source(impl, spec, extra=extra), spec, impl)
         before = {p.name for p in path.iterdir()}
         trace.op(f"source(load_adapter({trace.adapter!r}), {spec!r}, extra={extra}).save(path)  # save {count}")
         try:
@@ -141,6 +141,6 @@ def test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical
         except Exception as err:  # noqa: BLE001
             fail(f"load after save {count} beside the user's files", f"<{type(err).__name__}: {err}>",
                  "the saved state", trace)
-        diff = difference(snapshot(loaded, spec), saved)
+        diff = difference(snapshot(loaded, spec, impl), saved)
         if diff:
             fail(f"load after save {count} beside the user's files", diff, "the saved state", trace)

@@ -98,3 +98,16 @@ def test_informational_implementations_report_failures_but_an_aborted_run_still_
     assert decision.problems[0] == "torchrl: the run did not complete: pytest exit status 4 (usage error)"
     assert decide([failing], informational=set()).code == FAILED
     assert decide([ran(GOOD), failing, aborted], informational=set()).code == ABORTED
+
+
+def test_a_pass_says_how_many_tests_were_unavailable():
+    """Exit 0 with unavailable tests is honest only when the summary says how
+    much did not run (a variant whose backend does not import passes on the
+    few properties that need no capability)."""
+    from rbcheck.harness.verdict import explain
+
+    out, _ = explain(decide([ran(GOOD, name="triton"), ran(GOOD[:1], name="reference")]))
+    assert out.strip() == ("no problems in triton, reference "
+                           "(triton: 1 of 4 tests unavailable: see the reasons above)")
+    out, _ = explain(decide([ran(GOOD[:1], name="reference")]))
+    assert out.strip() == "no problems in reference"

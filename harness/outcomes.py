@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["ImplResult", "TRIED", "cell_text", "conventions_text"]
+__all__ = ["NOT_RUN", "PART_SCHEMA", "ImplResult", "TRIED", "cell_text", "conventions_text"]
 
 #: Outcomes of a test that ran (a cell of one of them states the conventions it ran under).
 TRIED = ("pass", "fail", "error", "xfail", "xpass")
-#: The schema of a part (one implementation's ImplResult as JSON, ``rbcheck validate --parts``).
+#: The schema of a part (one implementation's ImplResult as JSON, ``--parts``).
 PART_SCHEMA = 1
 #: The status of an implementation asked for whose part is missing from a merge.
 NOT_RUN = "not run"
@@ -40,7 +40,7 @@ class ImplResult:
 
     def to_part(self) -> dict[str, Any]:
         """This result as plain JSON data (a part of a merged report:
-        ``rbcheck.harness.report.write_part``), every field kept."""
+        ``report.write_part``), every field kept."""
         return {"schema": PART_SCHEMA, **asdict(self)}
 
     @classmethod

@@ -110,7 +110,7 @@ SPEC_PARAM_RANGES: Mapping[str, ParamRange] = {
 }
 
 #: Allowed values of each string convention; the first is the spec's rule.
-EPS_RULES = ("add", "finfo_on_update")
+EPS_RULES = ("add", "finfo_on_update", "none")
 NEW_PRIORITIES = ("max_seen", "max_held", "constant")
 WEIGHT_NORMALISERS = ("buffer_min", "batch_max", "none")
 SAMPLING_SCHEMES = ("independent", "stratified")
@@ -135,7 +135,9 @@ class Conventions:
       with a tolerance tied to its own error (``harness.assertions``).
     * ``eps_rule``: ``"add"`` (spec: stored ``(p + eps) ** alpha`` on every
       path) or ``"finfo_on_update"`` (no eps argument: the buffer uses
-      ``finfo(priority_dtype).eps`` in place of ``spec.eps``; tianshou).
+      ``finfo(priority_dtype).eps`` in place of ``spec.eps``; tianshou) or
+      ``"none"`` (no eps at all: the buffer stores ``p ** alpha``; a raw 0
+      stores 0 and is never drawn).
     * ``new_priority``: the raw priority a row written without one gets:
       ``"max_seen"`` (spec: the largest raw priority over the buffer's life,
       1.0 at first), ``"max_held"`` (the largest raw priority among the rows
@@ -165,6 +167,11 @@ class Conventions:
       bootstrapping off: ``"terminated"`` (spec; a truncated step bootstraps
       from its own final observation) or ``"done"`` (terminated or truncated:
       a timeout is taken as a termination). Checked in its own terms.
+    * ``positive_priorities``: True when the buffer refuses a raw priority
+      of 0 (spec: 0 is allowed, such a row is never drawn). Valid-input
+      properties then draw priorities > 0 (``strategies.priorities``), and
+      the bad-input case ``priority_zero`` checks that a 0 is refused like
+      any bad input: an exception, and nothing changed.
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.
@@ -183,6 +190,7 @@ class Conventions:
     nstep_form: str = "return"
     incomplete_windows: str = "shorten"
     terminal_flag: str = "terminated"
+    positive_priorities: bool = False
 
     def __post_init__(self) -> None:
         choices = {
@@ -201,6 +209,10 @@ class Conventions:
                 raise ValueError(
                     f"Conventions.{name}={value!r}, but should be one of {[str(a) for a in allowed]}"
                 )
+        if not isinstance(self.positive_priorities, bool):
+            raise ValueError(
+                f"Conventions.positive_priorities={self.positive_priorities!r}, but should be True or False"
+            )
         unknown = set(self.param_ranges) - set(SPEC_PARAM_RANGES)
         if unknown:
             raise ValueError(
@@ -245,10 +257,18 @@ class Conventions:
 
     def effective_eps(self, eps: float) -> float:
         """The eps the buffer adds for a spec with ``eps``: the spec's under
-        ``"add"``, ``finfo(priority_dtype).eps`` under ``"finfo_on_update"``."""
+        ``"add"``, ``finfo(priority_dtype).eps`` under ``"finfo_on_update"``,
+        0 under ``"none"``."""
         if self.eps_rule == "finfo_on_update":
             return float(torch.finfo(self.priority_dtype).eps)
+        if self.eps_rule == "none":
+            return 0.0
         return float(eps)
+
+    def admits(self, raw: float) -> bool:
+        """Whether a finite raw priority >= 0 is a valid input: any under the
+        spec, only those > 0 under ``positive_priorities``."""
+        return raw > 0 if self.positive_priorities else raw >= 0
 
     def deviations(self, notes: bool = True) -> dict[str, str]:
         """The fields that differ from the spec, rendered (``{"priority_dtype":

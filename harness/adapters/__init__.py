@@ -56,6 +56,16 @@ BUILTIN: dict[str, Builtin] = {
     "tianshou-obs-next": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_obs_next_adapter", False),
     "tianshou-ignore-obs-next": Builtin(
         "rbcheck.harness.adapters.tianshou_transitions:tianshou_ignore_obs_next_adapter", False),
+    "flashbax": Builtin("rbcheck.harness.adapters.flashbax:flashbax_adapter", False),
+    "flashbax-item": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_adapter", False),
+    "flashbax-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_per_adapter", False),
+    "flashbax-item-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_per_adapter", False),
+    "skrl": Builtin("rbcheck.harness.adapters.skrl:skrl_adapter", False),
+    # RLlib's old-stack buffers (the 'rllib' dependency group; ray[rllib])
+    "rllib": Builtin("rbcheck.harness.adapters.rllib:rllib_adapter", False),
+    "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
+    # d3rlpy's ReplayBuffer(FIFOBuffer) (the 'd3rlpy' group, its own validate environment)
+    "d3rlpy": Builtin("rbcheck.harness.adapters.d3rlpy:d3rlpy_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -191,7 +191,7 @@ def thirdparty(session: nox.Session) -> None:
     tianshou, stable-baselines3, RLlib, flashbax and skrl installed (those of a
     library with an environment of its own ran first, in it: thirdparty_env);
     the tests session skips them (the libraries are not installed there)."""
-    install(session, "test", *THIRD_PARTY_GROUPS)
+    install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)  # torchrl: its checkpoint guarantees
     session.env.setdefault("RBCHECK_PROFILE", "ci")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # RLlib's repros: nothing leaves the machine
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)
@@ -215,8 +215,11 @@ def bench(session: nox.Session) -> None:
     """pytest-benchmark micro-benchmarks of every implementation side by side
     (default grid; `nox -s bench -- --bench-grid full` for every size): JSON in
     reports/bench.json, ratio tables in reports/bench_ratios.{txt,md}, the
-    throughput plot in reports/bench_throughput.png. Quote ratios, not times."""
-    install(session, "test", "bench", "torchrl")
+    throughput plot in reports/bench_throughput.png; then rbcheck's `device`
+    variant side by side with every peer (bench/peers.py: TorchRL, cpprb,
+    tianshou, stable-baselines3; each answer checked first, three runs) into
+    reports/peers.json, rendered to docs/results/peers.md. Quote ratios, not times."""
+    install(session, "test", "bench", "torchrl", *THIRD_PARTY_GROUPS)
     ensure_torchrl_extension(session)
     # one intra-op thread: stable numbers on shared machines (docs/benchmarks.md)
     session.env.setdefault("RBCHECK_BENCH_THREADS", "1")
@@ -230,6 +233,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.ratios", "reports/bench.json", "--format", "markdown",
                 "-o", "reports/bench_ratios.md", silent=True)
     session.run("python", "-m", "bench.plot", "reports/bench.json", "-o", "reports/bench_throughput.png")
+    session.run("python", "-m", "bench.peers", "--runs", "3", "--out", "reports/peers.json")
+    session.run("python", "-m", "bench.peers", "--render", "reports/peers.json", "-o", "docs/results/peers.md")
 
 
 @nox.session

@@ -24,7 +24,7 @@ from rbcheck.harness.protocol import BufferSpec
 __all__ = [
     "CAPACITY", "WRITTEN", "rows", "declared", "with_priority", "PRIORITIZED", "UNIFORM", "SLICES",
     "KEYED", "OVERFLOW", "HUGE", "fill", "meta", "Case", "update", "P", "CATALOGUE", "SpecCase",
-    "SPEC_CATALOGUE",
+    "SPEC_CATALOGUE", "ZERO_CASES",
 ]
 
 CAPACITY = 8
@@ -68,7 +68,7 @@ HUGE = 1e200
 
 def fill(buf, spec: BufferSpec, conv) -> None:
     if spec.priority_key:
-        buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0, 3.0], conv))
+        buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0 if conv.admits(0.0) else 0.125, 3.0], conv))
     else:
         buf.extend(rows(WRITTEN))
     if spec.sampler == "prioritized":  # in the declared dtype, as every priority the suite hands over
@@ -169,7 +169,15 @@ CATALOGUE = [
     Case("slice_batch_not_divisible", SLICES, "batch_size", lambda buf, conv: buf.sample(5), ("slice",)),
     Case("slice_longer_than_every_episode", SLICES.but(num_slices=None, slice_len=3), "slice_len",
          lambda buf, conv: buf.sample(3), ("slice",), probe=2),
+    # --- a priority of 0 where the buffer declares positive_priorities ------
+    Case("priority_zero", PRIORITIZED, "priority", update([0, 1, 2], [1.0, 0.0, 2.0]), P),
+    Case("priority_key_zero_on_extend", KEYED, "priority",
+         lambda buf, conv: buf.extend(with_priority(2, [1.0, 0.0], conv)), P + ("priority_key",)),
 ]
+#: Cases that are bad input only under conventions.positive_priorities (the
+#: spec allows a priority of 0: test_sampling_distributions checks such a
+#: row is never drawn).
+ZERO_CASES = ("priority_zero", "priority_key_zero_on_extend")
 
 @dataclass(frozen=True)
 class SpecCase:

@@ -1,6 +1,6 @@
 """Quick side-by-side speed check of the variants against the reference (not a test).
 
-    python -m tools.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
+    python -m bench.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
                                    [--threads 1,0]  # 0: torch's default
                                    [--scalar]  # the descent's scalar code, not AVX2
                                    [--no-torchrl]  # leave TorchRL's sampler out
@@ -36,8 +36,7 @@ Ratios for every thread count (``--threads``) are printed together at the end
 (of the medians; against TorchRL also of the minima, the quiet moments of a
 busy machine).
 CUDA timings synchronise inside the timed region. Benchmarks proper live in
-``bench/``; this is the quick check quoted in the variants' report. A
-repository tool (not in the wheel): run it from the repository's root.
+``bench/``; this is the quick check quoted in the variants' report.
 """
 
 from __future__ import annotations

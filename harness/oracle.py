@@ -138,14 +138,23 @@ class PriorityOracle:
 
     # -- expectations -----------------------------------------------------
     def leaves(self) -> torch.Tensor:
-        """Expected stored priorities of the held slots ``0 .. size-1``, float64."""
-        return transform(self.raw[: self.size], self.eps, self.alpha)
+        """Expected stored priorities of the held slots ``0 .. size-1``, float64
+        (under ``eps_rule="none"`` a raw 0 stores 0 whatever alpha: never drawn)."""
+        raw = self.raw[: self.size]
+        out = transform(raw, self.eps, self.alpha)
+        if self.conventions.eps_rule == "none":
+            out = torch.where(raw == 0, torch.zeros_like(out), out)
+        return out
 
     def max_priority(self) -> float | None:
         """Expected ``max_priority`` read-back: the raw max seen ("max_seen"),
         the raw max held ("max_held"); None where the convention defines none
-        ("constant")."""
+        ("constant"), or where it has no effect (``eps_rule="none"`` at alpha 0)."""
         rule = self.conventions.new_priority
+        if self.conventions.eps_rule == "none" and self.alpha == 0:
+            # p ** 0 is 1 for every p > 0: the max has no effect on what is stored or
+            # drawn, and a buffer that records the transformed max (flashbax) keeps no raw one
+            return None
         if rule == "max_seen":
             return self.max_seen
         if rule == "max_held":

@@ -6,13 +6,17 @@ pieces the report (``rbcheck.harness.report``), the verdict
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["ImplResult", "TRIED", "cell_text", "conventions_text"]
+__all__ = ["NOT_RUN", "PART_SCHEMA", "ImplResult", "TRIED", "cell_text", "conventions_text"]
 
 #: Outcomes of a test that ran (a cell of one of them states the conventions it ran under).
 TRIED = ("pass", "fail", "error", "xfail", "xpass")
+#: The schema of a part (one implementation's ImplResult as JSON, ``--parts``).
+PART_SCHEMA = 1
+#: The status of an implementation asked for whose part is missing from a merge.
+NOT_RUN = "not run"
 
 
 @dataclass
@@ -20,7 +24,7 @@ class ImplResult:
     """One implementation's run: either loaded and run, or why not."""
 
     name: str
-    status: str  # "ran" | "unavailable" | "crashed"
+    status: str  # "ran" | "unavailable" | "crashed" | "not run" (no part in a merge)
     why: str = ""
     version: str = ""
     capabilities: list[str] = field(default_factory=list)
@@ -33,6 +37,24 @@ class ImplResult:
     shrink_seconds: float | None = None  # shrinking budget per failing property (None: Hypothesis')
     errors: list[str] = field(default_factory=list)  # errors outside the tests (usage, collection, ...)
     output: str = ""  # pytest's own output (stderr, then stdout's tail), shown when the run did not complete
+
+    def to_part(self) -> dict[str, Any]:
+        """This result as plain JSON data (a part of a merged report:
+        ``report.write_part``), every field kept."""
+        return {"schema": PART_SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_part(cls, payload: dict[str, Any]) -> ImplResult:
+        """The inverse of :meth:`to_part`; a payload of another schema or
+        without a name and status is refused with a ValueError."""
+        if not isinstance(payload, dict) or payload.get("schema") != PART_SCHEMA:
+            got = payload.get("schema") if isinstance(payload, dict) else type(payload).__name__
+            raise ValueError(f"part schema={got!r}, but should be {PART_SCHEMA} (written by rbcheck validate --parts)")
+        known = {f.name for f in fields(cls)}
+        if not isinstance(payload.get("name"), str) or payload.get("status") not in ("ran", "unavailable", "crashed"):
+            raise ValueError(f"part name={payload.get('name')!r}, status={payload.get('status')!r}, but should be "
+                             f"a name and one of 'ran', 'unavailable', 'crashed'")
+        return cls(**{k: v for k, v in payload.items() if k in known})
 
     @classmethod
     def from_results(cls, name: str, payload: dict[str, Any]) -> ImplResult:

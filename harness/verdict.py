@@ -114,13 +114,17 @@ def judge(result: Any, *, strict: bool = True) -> Verdict:
     return Verdict(name, code, tuple(reasons), not_run=(missing, len(result.tests)))
 
 
-def decide(results: Iterable[Any], informational: Iterable[str] = (), *, strict: bool = True) -> Decision:
-    """The exit status of several implementations' results (module doc)."""
-    informational = set(informational)
+def decide(results: Iterable[Any], informational: Iterable[str] = (), *, strict: bool = True,
+           must_load: Iterable[str] = ()) -> Decision:
+    """The exit status of several implementations' results (module doc).
+    An adapter of ``must_load`` that did not load gates (2) even when
+    informational: its library was meant to be installed (``nox -s validate``)."""
+    informational, must_load = set(informational), set(must_load)
     verdicts = tuple(judge(r, strict=strict) for r in results)
     code, problems, notes = PASSED, [], []
     for verdict in verdicts:
-        if verdict.name in informational and (verdict.code == FAILED or verdict.unavailable):
+        excused = verdict.code == FAILED or (verdict.unavailable and verdict.name not in must_load)
+        if verdict.name in informational and excused:
             notes += verdict.reasons
             continue
         code = max(code, verdict.code)

@@ -21,7 +21,6 @@ MAX_LINES = 500
 #: (harness/mutants*.py) move to tests/mutants/, the TorchRL tools
 #: (harness/torchrl_*.py) to tools/.
 TOO_LONG_FOR_NOW = {
-    "harness/mutants.py",  # moves to tests/mutants/
     "harness/concurrency.py",  # being split
 }
 #: Top-level names that import only in a clone of the repository: the

@@ -36,8 +36,9 @@ CONFORMANCE = ROOT / "rbcheck" / "conformance"
 #: machine runs them at a fraction of a core while failures are being shrunk.
 TIMEOUT_S = 600
 CAUGHT: list[tuple[str, str, str, str]] = []  # (mutant, bug class, caught by, message)
-#: Every mutant declared in tests/mutants but the concurrency ones.
-MUTANTS = of_kind("plain", "historic", "convention")
+#: Every mutant declared in tests/mutants but the concurrency ones and the
+#: cheap ones run in process (tests/meta/test_in_process_mutants.py).
+MUTANTS = [m for m in of_kind("plain", "historic", "convention") if not m.in_process]
 #: The subprocesses import the mutants from the repository (``tests`` is not
 #: installed): its root goes on their PYTHONPATH.
 PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))

@@ -50,6 +50,7 @@ class Mutant:
     needs_cuda: bool = False  # observable only on a CUDA buffer (--rbcheck-device cuda)
     module: str = ""  # the module that defines the factory
     kind: str = "plain"  # one of KINDS
+    in_process: bool = False  # cheap: its properties are called in the meta test's own process
 
     @property
     def impl(self) -> str:
@@ -80,8 +81,8 @@ def control(fn: Callable) -> Callable:
 
 
 def mutant(*, bug: str, catches: tuple[str, ...], control: Callable | str = REFERENCE,
-           reproduces: str = "", needs_cuda: bool = False, kind: str | None = None
-           ) -> Callable[[Callable], Callable]:
+           reproduces: str = "", needs_cuda: bool = False, kind: str | None = None,
+           in_process: bool = False) -> Callable[[Callable], Callable]:
     """Declare the decorated factory a mutant (see the module docstring).
     ``kind`` defaults to "historic" when ``reproduces`` is given, else "plain"."""
     kind = kind or ("historic" if reproduces else "plain")
@@ -103,7 +104,7 @@ def mutant(*, bug: str, catches: tuple[str, ...], control: Callable | str = REFE
         files = tuple(sorted({c.split("::")[0] + ".py" for c in catches}))
         targets = tuple(dict.fromkeys(c.split("::")[1] for c in catches))
         MUTANTS.append(Mutant(fn.__name__, bug, files, targets, _adapter_string(control), reproduces,
-                              needs_cuda, fn.__module__, kind))
+                              needs_cuda, fn.__module__, kind, in_process))
         return fn
 
     return declare

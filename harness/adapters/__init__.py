@@ -56,6 +56,9 @@ BUILTIN: dict[str, Builtin] = {
     "tianshou-obs-next": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_obs_next_adapter", False),
     "tianshou-ignore-obs-next": Builtin(
         "rbcheck.harness.adapters.tianshou_transitions:tianshou_ignore_obs_next_adapter", False),
+    # TorchRL's ("next", ...) keys and MultiStep (invariant 10; group torchrl)
+    "torchrl-next": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_next_adapter", False),
+    "torchrl-multistep": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_multistep_adapter", False),
     "flashbax": Builtin("rbcheck.harness.adapters.flashbax:flashbax_adapter", False),
     "flashbax-item": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_adapter", False),
     "flashbax-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_per_adapter", False),

@@ -176,3 +176,12 @@ def test_the_readme_is_short():
     """The README is for users (at most 300 lines); measurements live in docs/results/."""
     lines = len((REPO / "README.md").read_text().splitlines())
     assert lines <= 300, f"README.md lines={lines}, but should be <= 300: move details into docs/"
+
+
+def test_the_readme_names_every_builtin():
+    """The README's list of built-in names follows the one table (BUILTIN)."""
+    from rbcheck.harness.adapters import BUILTIN
+
+    text = (REPO / "README.md").read_text()
+    missing = [name for name in BUILTIN if f"`{name}`" not in text]
+    assert not missing, f"built-in names missing from README.md={missing}, but should be none"

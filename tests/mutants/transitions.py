@@ -138,7 +138,11 @@ class SlotTransitions:
         if "extra_terminal" in self.bugs:  # dopamine #228: the step before a termination flagged too
             rows["terminated"] = rows["terminated"] | torch.tensor(
                 [self.succ(s) is not None and self._term[self.succ(s)] for s in index.tolist()])
-        if n:
+        if n and self.conv.nstep_form == "window":
+            ids = st["id"].tolist()
+            rows["window_id"] = torch.tensor([[ids[p] for p in self.window(s, n)] + [-1] * (n - len(self.window(s, n)))
+                                              for s in index.tolist()], dtype=torch.long).reshape(-1, n)
+        elif n:
             ret, disc, boot = [], [], []
             for s in index.tolist():
                 w = self.window(s, n)
@@ -171,6 +175,11 @@ def _adapter(name: str, bugs: tuple[str, ...] = (), capabilities=("transitions",
 @control
 def slot_transitions():
     return _adapter("slot_transitions")
+
+
+@control
+def slot_transitions_windows():
+    return _adapter("slot_transitions_windows", nstep_form="window")
 
 
 @control
@@ -266,7 +275,8 @@ def ray_18358_obs_shifted_by_nstep():
 
 
 @mutant(bug="the n-step window runs past the write cursor into the oldest (overwritten) rows",
-        catches=(MATCH, WINDOW, INCOMPLETE), control=slot_transitions,
+        catches=(MATCH, WINDOW, INCOMPLETE), control=slot_transitions_windows,
         reproduces="younggyoseo/FastTD3 #6 (past the cursor)")
 def fasttd3_6_window_crosses_the_write_cursor():
-    return _adapter("fasttd3_6_cursor", ("cross_cursor",))
+    """Returns the window itself (``nstep_form="window"``), so that form is checked too."""
+    return _adapter("fasttd3_6_cursor", ("cross_cursor",), nstep_form="window")

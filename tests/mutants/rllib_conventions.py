@@ -11,6 +11,8 @@ hides a violation: the invariant is checked in the convention's own terms.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rbcheck.harness.protocol import Conventions
@@ -26,10 +28,18 @@ POSITIVE = Conventions(positive_priorities=True)
 
 
 class NoEpsSampler(PrioritizedSampler):
-    """The reference's sampler with no eps: stores ``p ** alpha`` whatever spec.eps."""
+    """The reference's sampler with no eps: stores ``p ** alpha`` whatever
+    spec.eps, a raw 0 as 0 whatever alpha (the convention's rule)."""
 
     def __init__(self, capacity, alpha, beta, eps=1e-8):
         super().__init__(capacity, alpha, beta, 0.0)
+
+    def _store(self, index: torch.Tensor, raw: torch.Tensor) -> None:
+        value = torch.where(raw == 0, torch.zeros_like(raw), raw ** self.alpha)
+        self.sum_tree.update(index, value)
+        self.min_tree.update(index, torch.where(value > 0, value, math.inf))
+        if raw.numel():
+            self.max_priority = max(self.max_priority, float(raw.max()))
 
 
 @control

@@ -323,8 +323,9 @@ class FlashbaxBuffer(OwnRandomness):
         if self.state is None:  # nothing written: flashbax cannot even build a state to sample
             raise RuntimeError("sample() on a buffer with no state: flashbax's init needs an example row")
         jax = _jax()
-        self.key, subkey = jax.random.split(self.key)
+        key, subkey = jax.random.split(self.key)
         out = fns["sample"](self.state, subkey)
+        self.key = key  # the stream moves only when flashbax answered
         experience = out.experience.first if self.seq_len == 2 else out.experience
         rows = self._from_jax(experience, batch_size, lambda x: x)
         if not self.prioritized:

@@ -11,11 +11,13 @@ hides a violation: the invariant is checked in the convention's own terms.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rbcheck.harness.mutants import _adapter
 from rbcheck.harness.protocol import Conventions
-from rbcheck.reference.prioritized_sampler import PrioritizedSampler
+from rbcheck.reference.prioritized_sampler import PrioritizedSampler, transform_priority
 from tests.mutants.registry import control, mutant
 
 EPS_NONE = Conventions(eps_rule="none")
@@ -30,6 +32,15 @@ class NoEpsSampler(PrioritizedSampler):
 
     def __init__(self, capacity, alpha, beta, eps=1e-8):
         super().__init__(capacity, alpha, beta, 0.0)
+
+    def _store(self, index: torch.Tensor, raw: torch.Tensor) -> None:
+        # under "none" a raw 0 stores 0 whatever alpha (0 ** 0 would be 1): never drawn
+        value = torch.where(raw == 0, torch.zeros((), dtype=torch.float64),
+                            transform_priority(raw, self.alpha, self.eps))
+        self.sum_tree.update(index, value)
+        self.min_tree.update(index, torch.where(value > 0, value, math.inf))
+        if raw.numel():
+            self.max_priority = max(self.max_priority, float(raw.max()))
 
 
 @control

@@ -33,7 +33,7 @@ import torch
 from rbcheck.harness.assertions import Tolerance, Trace, priority_tolerance, weight_tolerance
 from rbcheck.harness.protocol import BufferSpec, Conventions
 
-__all__ = ["PriorityOracle", "stratified_probabilities", "transform"]
+__all__ = ["PriorityOracle", "model_spec", "stratified_probabilities", "transform"]
 
 
 def transform(raw: torch.Tensor, eps: float, alpha: float) -> torch.Tensor:
@@ -211,6 +211,16 @@ class PriorityOracle:
         else:
             norm = torch.tensor(1.0, dtype=torch.float64)
         return raw_w[index] / norm
+
+
+def model_spec(spec: BufferSpec, conventions: Conventions) -> BufferSpec:
+    """The spec to build the reference model from, for a buffer under
+    ``conventions``: eps = 0 under ``eps_rule="none"`` (the reference then
+    stores ``p ** alpha`` as such a buffer does, so the two map the same
+    uniforms to the same slots); ``spec`` itself otherwise."""
+    if spec.sampler == "prioritized" and conventions.eps_rule == "none":
+        return spec.but(eps=0.0)
+    return spec
 
 
 def reads_back(spec: BufferSpec, adapter) -> bool:

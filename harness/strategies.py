@@ -397,12 +397,14 @@ def transforms(include_none: bool = True) -> st.SearchStrategy:
 
 @st.composite
 def operations(
-    draw: st.DrawFn, capacity: int, *, prioritized: bool = False, max_ops: int = 12
+    draw: st.DrawFn, capacity: int, *, prioritized: bool = False, max_ops: int = 12,
+    conventions: Conventions | None = None,
 ) -> list[tuple]:
     """A sequence of buffer operations: ``("extend", n)`` with ``n <= capacity``,
     ``("add",)``, ``("sample", b)`` and, when ``prioritized``,
     ``("update", k, priorities)`` (update the slots of the last sample's first k
-    entries). Always starts with a write."""
+    entries; priorities drawn for ``conventions``, see :func:`priorities`).
+    Always starts with a write."""
     ops: list[tuple] = [("extend", draw(st.integers(1, capacity)))]
     kinds = ["extend", "add", "sample"] + (["update"] if prioritized else [])
     for _ in range(draw(st.integers(0, max_ops))):
@@ -415,7 +417,8 @@ def operations(
             ops.append(("sample", draw(st.integers(1, 6))))
         else:
             k = draw(st.integers(1, 4))
-            ops.append(("update", k, tuple(draw(st.lists(priorities(), min_size=k, max_size=k)))))
+            ops.append(("update", k, tuple(draw(st.lists(priorities(conventions=conventions), min_size=k,
+                                                          max_size=k)))))
     return ops
 
 

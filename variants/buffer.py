@@ -16,7 +16,8 @@ stream — plus:
 * Components not given are the variants' (``DeviceStorage``,
   ``DeviceWriter``, ``RandomSampler``); given samplers with a ``to`` method
   are moved to the device.
-* ``extend`` writes each field with one or two slice copies (ring wrap) and
+* ``extend`` takes ``extend_fast.try_extend`` where it applies (the same
+  checks and state, less Python); otherwise it
   updates the sampler's bookkeeping (``observe``) instead of the reference's
   indexed copy; ``sample`` gathers with ``DeviceStorage.gather`` into
   recycled memory that is never handed out while any tensor of an earlier
@@ -41,6 +42,7 @@ from rbcheck.variants.device_storage import (
     check_index_fast,
     default_device,
 )
+from rbcheck.variants.extend_fast import try_extend
 from rbcheck.variants.random_sampler import RandomSampler
 
 
@@ -67,6 +69,9 @@ class ReplayBuffer(ReferenceReplayBuffer):
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
+        index = try_extend(self, data)  # the same checks and state, less Python (extend_fast.py)
+        if index is not None:
+            return index
         self.storage.check(data)
         n, priority = data.batch_size[0], self.priority_of(data)  # the reference's checks
         first = self.writer.cursor

@@ -223,6 +223,9 @@ class RLlibBuffer(OwnRandomness):
     def _rows(self, batch: Any, n: int) -> TensorDict:
         if self.layout is None:  # nothing written yet
             return TensorDict({}, batch_size=[n])
+        if n == 0:  # an empty batch has no columns (sample(0)): decode it, never raise for RLlib
+            return rows_from_arrays(self.layout, {key: torch.zeros((0, *shape), dtype=dtype).numpy()
+                                                  for key, shape, dtype in self.layout}, 0)
         by_key = {key: np.asarray(batch[_name(key)]) for key, _, _ in self.layout}
         return rows_from_arrays(self.layout, by_key, n)
 

@@ -39,7 +39,7 @@ from rbcheck.harness.assertions import (
     fail,
     priority_tolerance,
 )
-from rbcheck.harness.oracle import PriorityOracle, start_prioritized
+from rbcheck.harness.oracle import PriorityOracle, model_spec, start_prioritized
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.stateful import declared_samplers, replay
 from rbcheck.harness.strategies import (
@@ -347,14 +347,15 @@ def test_same_uniforms_give_same_indices_as_reference(impl, reference_impl, data
     layout = data.draw(layouts(max_fields=2), label="layout")
     spec = spec.but(layout=layout.spec_layout())
     ops = data.draw(
-        operations(spec.capacity, prioritized=spec.sampler == "prioritized"), label="operations"
+        operations(spec.capacity, prioritized=spec.sampler == "prioritized", conventions=impl.conventions),
+        label="operations",
     )
     u = data.draw(
         st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=16), label="uniforms"
     )
     trace = Trace(impl, spec)
     trace.let("layout", layout)
-    buf, ref = impl.make(spec), reference_impl.make(spec)
+    buf, ref = impl.make(spec), reference_impl.make(model_spec(spec, impl.conventions))
     conv = impl.conventions
     oracle = PriorityOracle(spec, conv) if spec.sampler == "prioritized" else None
     replay(buf, layout, ops, trace, conventions=conv, oracle=oracle)

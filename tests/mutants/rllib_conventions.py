@@ -15,9 +15,9 @@ import math
 
 import torch
 
-from rbcheck.harness.mutants import _adapter
 from rbcheck.harness.protocol import Conventions
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler, transform_priority
+from tests.mutants.base import adapter as _adapter
 from tests.mutants.registry import control, mutant
 
 EPS_NONE = Conventions(eps_rule="none")

@@ -146,3 +146,19 @@ def test_batch_size_zero_is_refused():
     rb = cpprb.ReplayBuffer(8, {"x": {"shape": 1}})
     rb.add(x=np.arange(5))
     assert refuses(lambda: rb.sample(0))
+
+
+@bug("an add whose batch wraps the ring end gives the wrapped rows the priorities of the "
+     "batch's FIRST rows: SegmentTree::set(i, f, N, max) hands the stateful priority generator "
+     "f to std::generate_n by value, so the copy for the second segment starts over "
+     "(SegmentTree.hh, the wrap loop of set; found by bench/peers.py, issue 22)")
+def test_batch_that_wraps_the_ring_keeps_each_rows_priority():
+    rb = per(8, alpha=1.0, eps=0.0)
+    rb.add(x=np.arange(6.0), priorities=np.arange(1.0, 7.0))  # slots 0..5
+    rb.add(x=np.arange(6.0, 10.0), priorities=np.array([10.0, 20.0, 30.0, 40.0]))  # 6, 7, then 0, 1
+    # slots 0..7 now hold x = 8, 9, 2, 3, 4, 5, 6, 7 with priorities 30, 40, 3, 4, 5, 6, 10, 20
+    want = np.array([30.0, 40.0, 3.0, 4.0, 5.0, 6.0, 10.0, 20.0])
+    out = rb.sample(4096, beta=1.0)
+    # weight = (p / p_min) ** -beta with beta = 1: p = p_min / weight, p_min = 3
+    got = {int(i): 3.0 / float(w) for i, w in zip(out["indexes"], out["weights"], strict=True)}
+    assert {i: round(p, 3) for i, p in sorted(got.items())} == {i: want[i] for i in sorted(got)}

@@ -1,0 +1,174 @@
+"""``extend``'s fast path (rbcheck.variants.extend_fast) against the reference, bit for bit.
+
+Each program of extends runs on three buffers: the reference, the variant with
+the fast path and the variant without it. After every extend the returned
+slots, the whole state (rows, generations, write count, trees, max priority)
+and, at the end, the next sample (indices and weights) are the reference's,
+bit for bit; a refused batch raises the reference's error and changes
+nothing. The fast path is checked to be the one taken, and the comparison to
+be able to fail (a fast path that drops a generation is caught).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from rbcheck import reference, variants
+from rbcheck.variants import extend_fast, native
+from tests.variants.test_differential import assert_state_equal
+
+pytestmark = pytest.mark.skipif(native.lib() is None, reason="rbcheck.variants.native does not load: "
+                                "the prioritized fast path needs it")
+
+
+def flat_rows(n: int, start: int, priority=None, dtype=torch.float32) -> TensorDict:
+    """Top-level keys only (the fast path's layout): obs float32[3], action int64, reward float64."""
+    x = torch.arange(start, start + n)
+    data = {"obs": torch.stack([x.float(), x / 3, -x.float()], 1), "action": x % 5,
+            "reward": x.double() / 7}
+    if priority is not None:
+        data["priority"] = torch.as_tensor(priority, dtype=dtype)
+    return TensorDict(data, batch_size=[n])
+
+
+def three(capacity: int, sampler: str, alpha=0.6, eps=1e-8, priority_key="priority"):
+    """(reference, variant with the fast path, variant without it), built alike."""
+    def make(mod):
+        if sampler == "prioritized":
+            return mod.PrioritizedSampler(capacity, alpha, 0.4, eps)
+        return mod.RandomSampler()
+    ref = reference.ReplayBuffer(capacity, sampler=make(reference), generator=3, priority_key=priority_key)
+    fast = variants.ReplayBuffer(capacity, sampler=make(variants), generator=3, device="cpu",
+                                 priority_key=priority_key)
+    slow = variants.ReplayBuffer(capacity, sampler=make(variants), generator=3, device="cpu",
+                                 priority_key=priority_key)
+    return ref, fast, slow
+
+
+def extend_all(ref, fast, slow, data, monkeypatch):
+    """Extend the three alike (``slow`` with the fast path off); the slots each returned."""
+    got = [ref.extend(data.clone()), fast.extend(data.clone())]
+    with monkeypatch.context() as m:
+        m.setattr(extend_fast, "ENABLED", False)
+        got.append(slow.extend(data.clone()))
+    return got
+
+
+def assert_same(ref, *variant_buffers):
+    want = ref.state_dict()
+    for var in variant_buffers:
+        assert (len(var), var.cursor, var.write_count) == (len(ref), ref.cursor, ref.write_count)
+        assert_state_equal(var.state_dict(), want)
+
+
+batches = st.lists(st.tuples(st.integers(1, 24),  # rows
+                             st.sampled_from(["none", "float32", "float64"]),  # the priority column
+                             st.lists(st.sampled_from([0.0, 1e-300, 0.5, 3.25, 1e6]) | st.floats(0, 50),
+                                      min_size=24, max_size=24)),
+                   min_size=1, max_size=8)
+
+
+@settings(deadline=None)
+@given(capacity=st.integers(1, 20), program=batches, alpha=st.sampled_from([0.0, 0.6, 1.0]),
+       eps=st.sampled_from([0.0, 1e-8, 1e-3]), key=st.sampled_from(["priority", None]))
+def test_prioritized_extend_is_the_reference_bit_for_bit(capacity, program, alpha, eps, key):
+    monkeypatch = pytest.MonkeyPatch()
+    ref, fast, slow = three(capacity, "prioritized", alpha, eps, key)
+    start = 0
+    for n, kind, values in program:
+        # every batch carries the priority column or none does: the layout is fixed by the first
+        kind = program[0][1]
+        priority = None if kind == "none" else values[:n]
+        data = flat_rows(n, start, priority, torch.float32 if kind == "float32" else torch.float64)
+        slots = extend_all(ref, fast, slow, data, monkeypatch)
+        for got in slots[1:]:
+            assert torch.equal(got, slots[0]), f"slots={got.tolist()}, but should be {slots[0].tolist()}"
+        assert_same(ref, fast, slow)
+        start += n
+    want_rows, want_info = ref.sample(7)
+    for var in (fast, slow):
+        rows, info = var.sample(7)
+        assert torch.equal(info["index"], want_info["index"])
+        assert torch.equal(info["weight"].view(torch.int32), want_info["weight"].view(torch.int32))
+        assert (rows == want_rows).all()
+
+
+@settings(deadline=None)
+@given(capacity=st.integers(1, 20), sizes=st.lists(st.integers(1, 30), min_size=1, max_size=8))
+def test_uniform_extend_is_the_reference_bit_for_bit(capacity, sizes):
+    monkeypatch = pytest.MonkeyPatch()
+    ref, fast, slow = three(capacity, "random")
+    start = 0
+    for n in sizes:  # n > capacity too: the full path (the last rows win)
+        slots = extend_all(ref, fast, slow, flat_rows(n, start), monkeypatch)
+        assert all(torch.equal(s, slots[0]) for s in slots[1:])
+        assert_same(ref, fast, slow)
+        start += n
+
+
+@pytest.mark.parametrize("sampler", ["random", "prioritized"])
+def test_the_fast_path_is_taken(sampler, monkeypatch):
+    """After the first write (which allocates), a batch of the storage's layout never
+    reaches the full path (whose first step is the storage's check)."""
+    _, fast, _ = three(8, sampler)
+    fast.extend(flat_rows(3, 0, [1.0, 2.0, 3.0]))
+    taken = []
+    real = extend_fast.try_extend
+    monkeypatch.setattr("rbcheck.variants.buffer.try_extend",
+                        lambda b, d: taken.append(real(b, d)) or taken[-1])
+    monkeypatch.setattr(fast.storage, "check", lambda data: pytest.fail("the full path ran"))
+    for n in (1, 5, 8):
+        fast.extend(flat_rows(n, 10, [0.5] * n))
+    assert len(taken) == 3 and all(t is not None for t in taken)
+
+
+BAD = {
+    "negative priority": lambda: flat_rows(2, 50, [1.0, -1.0]),
+    "nan priority": lambda: flat_rows(2, 50, [float("nan"), 1.0]),
+    "inf priority": lambda: flat_rows(2, 50, [float("inf"), 1.0]),
+    "overflowing transform": lambda: flat_rows(1, 50, [1.7e308], torch.float64),
+    "priority of the wrong length": lambda: TensorDict(
+        {**flat_rows(2, 50).to_dict(), "priority": torch.ones(2, 2)}, batch_size=[2]),
+    "missing key": lambda: flat_rows(2, 50, [1.0, 2.0]).exclude("action"),
+    "extra key": lambda: flat_rows(2, 50, [1.0, 2.0]).set("extra", torch.zeros(2)),
+    "wrong dtype": lambda: flat_rows(2, 50, [1.0, 2.0]).set("action", torch.zeros(2, dtype=torch.int32)),
+    "wrong row shape": lambda: flat_rows(2, 50, [1.0, 2.0]).set("obs", torch.zeros(2, 4)),
+    "nested batch": lambda: flat_rows(4, 50, [1.0] * 4).reshape(2, 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_refused_batches_raise_the_reference_error_and_change_nothing(case, monkeypatch):
+    ref, fast, slow = three(6, "prioritized", alpha=1.0)
+    extend_all(ref, fast, slow, flat_rows(4, 0, [1.0, 2.0, 3.0, 4.0]), monkeypatch)
+    before = ref.state_dict()
+    errors = []
+    for buf in (ref, fast):
+        with pytest.raises(Exception) as info:  # noqa: B017 - compared below
+            buf.extend(BAD[case]())
+        errors.append((type(info.value), str(info.value)))
+    assert errors[1] == errors[0]
+    assert_state_equal(ref.state_dict(), before)
+    assert_same(ref, fast)
+
+
+def test_the_comparison_catches_a_fast_path_that_drops_a_generation(monkeypatch):
+    """A control that the bit-for-bit comparison can fail: a fast path whose writer
+    forgets the generation of the batch's last slot is caught."""
+    ref, fast, slow = three(8, "prioritized")
+    extend_all(ref, fast, slow, flat_rows(3, 0, [1.0, 2.0, 3.0]), monkeypatch)
+    real = extend_fast.ring_slices
+
+    def short(first, n, capacity):
+        return [(s0, s1 - 1 if s1 - s0 > 1 else s1, r0, r1 - 1 if r1 - r0 > 1 else r1)
+                for s0, s1, r0, r1 in real(first, n, capacity)]
+
+    monkeypatch.setattr(extend_fast, "ring_slices", short)
+    ref.extend(flat_rows(4, 3, [1.0] * 4))
+    fast.extend(flat_rows(4, 3, [1.0] * 4))
+    with pytest.raises(AssertionError):
+        assert_same(ref, fast)

@@ -20,7 +20,7 @@ shape share one compilation).
 Mapping:
 
 * buffer: ``make_flat_buffer(max_length=capacity, min_length=1,
-  sample_batch_size=B, add_sequences=True)`` (flat_buffer.py:154), which is
+  sample_batch_size=B, add_sequences=True)`` (flat_buffer.py:148), which is
   a trajectory buffer of one row (``add_batch_size=1``) with
   ``sample_sequence_length=2, period=1`` (flat_buffer.py:113-121): it samples
   *transition pairs* (row i, row i+1) and returns them as
@@ -39,7 +39,7 @@ Mapping:
   ``state.experience[field][0, i]``.
 * ``extend(data)``: ``state = add(state, data)`` with the ``n`` rows as one
   sequence (``add_sequences=True``: the leaves get a leading batch axis of 1,
-  flat_buffer.py:130-135), written at ``(current_index + arange(n)) %
+  flat_buffer.py:127-136), written at ``(current_index + arange(n)) %
   capacity`` (trajectory_buffer.py:141). flashbax asserts the batch's
   dtypes equal the state's (trajectory_buffer.py:130, ptb:492) and ``n <=
   capacity`` (trajectory_buffer.py:135, ptb:498). ``add(row)`` is an extend
@@ -47,7 +47,7 @@ Mapping:
 * ``len``: ``capacity if state.is_full else state.current_index``
   (trajectory_buffer.py:196); ``cursor``: ``state.current_index``.
   flashbax keeps no write count (the prioritised state's ``running_index``
-  is int32, ptb:186): ``write_count`` is counted by the adapter (rows of each
+  is int32, ptb:188): ``write_count`` is counted by the adapter (rows of each
   add flashbax accepted).
 * ``contents()``: ``state.experience[field][0, :len]``, slot order.
 * ``sample``: ``sample(state, subkey)`` with ``key, subkey =
@@ -247,7 +247,7 @@ class FlashbaxBuffer(OwnRandomness):
     # -- the boundary ---------------------------------------------------------
     def _to_jax(self, data: TensorDictBase) -> dict[str, Any]:
         """The rows as JAX arrays, one sequence (flashbax adds the batch axis
-        of 1 itself, flat_buffer.py:130-135); fails the test if JAX's 32-bit mode changes a value."""
+        of 1 itself, flat_buffer.py:127-136); fails the test if JAX's 32-bit mode changes a value."""
         jnp = importlib.import_module("jax.numpy")
         out = {}
         for key, value in leaves(data).items():
@@ -323,8 +323,9 @@ class FlashbaxBuffer(OwnRandomness):
         if self.state is None:  # nothing written: flashbax cannot even build a state to sample
             raise RuntimeError("sample() on a buffer with no state: flashbax's init needs an example row")
         jax = _jax()
-        self.key, subkey = jax.random.split(self.key)
+        key, subkey = jax.random.split(self.key)
         out = fns["sample"](self.state, subkey)
+        self.key = key  # the stream moves only when flashbax answered
         experience = out.experience.first if self.seq_len == 2 else out.experience
         rows = self._from_jax(experience, batch_size, lambda x: x)
         if not self.prioritized:

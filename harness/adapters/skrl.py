@@ -7,9 +7,9 @@ of skrl 2.1.1: ``base.py`` (``Memory``) and ``random.py`` (``RandomMemory``).
 Mapping (nothing emulated; the rows stay torch tensors, no conversion):
 
 * buffer: ``RandomMemory(memory_size=spec.capacity, num_envs=1,
-  device="cpu", replacement=True)`` (random.py:9-46). ``replacement=True``
+  device="cpu", replacement=True)`` (random.py:10-49). ``replacement=True``
   because the spec's "random" sampler draws with replacement; skrl's default
-  ``replacement=False`` is ``randperm(size)[:batch_size]`` (random.py:73-76),
+  ``replacement=False`` is ``randperm(size)[:batch_size]`` (random.py:75),
   a different sampler, not declared here. One environment, so the slot of a
   row is its memory index (``tensors_view`` flattens ``(memory_size,
   num_envs)``, base.py:166).
@@ -20,7 +20,7 @@ Mapping (nothing emulated; the rows stay torch tensors, no conversion):
   to ``numel(s)`` (1 for a scalar, skrl's own ``size=1``) and read back
   reshaped: a view, no copy. Built in ``make(spec)`` from ``spec.layout``,
   else from the first write. A float field starts filled with NaN
-  (base.py:168-171).
+  (base.py:168-170).
 * ``extend(data)``: ``add_samples(**{name: tensor})`` (base.py:190) with the
   ``n`` rows: for ``n == 1`` its "multi environment" branch (``shape[0] ==
   num_envs``, base.py:222-227), otherwise its "single environment - multi
@@ -33,7 +33,7 @@ Mapping (nothing emulated; the rows stay torch tensors, no conversion):
 * ``contents()``: ``tensors_view[name][:len]``, slot order (a copy).
 * ``sample(batch_size)``: ``sample(names, batch_size=batch_size)``
   (random.py:48) returns ``[[tensor, ...]]``; ``info["index"]`` is
-  ``get_sampling_indexes()`` (base.py:342, set by random.py:81). skrl draws
+  ``get_sampling_indexes()`` (base.py:342, set by random.py:80). skrl draws
   with ``torch.randint`` on torch's *global* generator (random.py:71) and
   has no seed argument; a user seeds it with ``torch.manual_seed`` (skrl's
   ``set_seed``). Each buffer keeps its own state of that generator, seeded

@@ -14,8 +14,8 @@ CONSTRAINTS = ("-c", ".ci/constraints.txt")
 #: Built-in adapters of variants/ whose conformance runs in the tests session.
 VARIANTS = ("device", "triton")
 #: Dependency groups of the third-party buffers validate reports on (cpprb,
-#: tianshou, stable-baselines3); never needed by the tests session.
-THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3")
+#: tianshou, stable-baselines3, RLlib, flashbax, skrl); never needed by the tests session.
+THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3", "rllib", "flashbax", "skrl")
 #: TorchRL releases measured by `nox -s history` (each in its own prefix).
 TORCHRL_HISTORY = ("0.6.0", "0.8.1", "0.9.2", "0.14.1")
 #: Where TorchRL's C++ extension builds are cached (keyed by sources + torch),
@@ -64,18 +64,76 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
 
 
+#: The environments `nox -s validate` builds, for libraries that do not
+#: install together (d3rlpy 2.8.1 pins gymnasium==1.0.0, which ray[rllib]
+#: 2.60.0 does not accept): name -> (dependency groups, the built-in names it
+#: validates). "main" is the validate session's own environment and validates
+#: every built-in that no other environment lists.
+VALIDATE_ENVS = {
+    "main": (("test", "torchrl", "ray", *THIRD_PARTY_GROUPS), ()),
+    "d3rlpy": (("test", "d3rlpy"), ("d3rlpy",)),
+}
+#: Where each environment writes its implementations' results (one folder per
+#: environment), merged into reports/conformance.{md,json} by the validate session.
+VALIDATE_PARTS = "reports/parts"
+
+
+def validate_in(session: nox.Session, env: str) -> bool:
+    """`rbcheck validate` on the built-ins of environment ``env`` (or those of
+    the session's NAME arguments that belong to it; arguments starting with
+    "-" go to every run), implementations in parallel worker processes
+    (RBCHECK_JOBS, default one per core), each result written to
+    VALIDATE_PARTS/env. Its own verdict does not stop the session: the merge
+    gives the verdict of every environment at once. False (nothing installed
+    or run) when none of the NAME arguments belongs to ``env``."""
+    import shutil
+    from pathlib import Path
+
+    groups, names = VALIDATE_ENVS[env]
+    parts = Path(VALIDATE_PARTS) / env
+    shutil.rmtree(parts, ignore_errors=True)  # a stale part must never stand in for this run
+    others = [n for e, (_, listed) in VALIDATE_ENVS.items() if e != env for n in listed]
+    options = [a for a in session.posargs if a.startswith("-")]
+    asked = [a for a in session.posargs if not a.startswith("-")]
+    if asked:
+        selection = [n for n in asked if (n in names if names else n not in others)]
+        if not selection:
+            return False
+    else:
+        selection = list(names) or ["--all", *(f"--exclude={n}" for n in others)]
+    install(session, *groups)
+    if "torchrl" in groups:
+        ensure_torchrl_extension(session)
+    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    session.run("rbcheck", "validate", *selection, *options, "--jobs", session.env.get("RBCHECK_JOBS", "auto"),
+                "--parts", str(parts), "--third-party-informational", "--must-load", success_codes=[0, 1, 2])
+    return True
+
+
 @nox.session
+@nox.parametrize("env", [env for env in VALIDATE_ENVS if env != "main"])
+def validate_env(session: nox.Session, env: str) -> None:
+    """One of validate's other environments (VALIDATE_ENVS): its built-ins'
+    results in reports/parts/<env>; `nox -s validate` runs it first."""
+    if not validate_in(session, env):
+        session.skip(f"none of {session.posargs} is validated in the {env!r} environment")
+
+
+@nox.session(requires=[f"validate_env(env='{env}')" for env in VALIDATE_ENVS if env != "main"])
 def validate(session: nox.Session) -> None:
     """The conformance report: `rbcheck validate` on every built-in
     implementation (TorchRL included; `nox -s validate -- NAME ...` for some),
-    written to reports/conformance.md and .json. Fails only when the
-    reference, a variant or the example fails: third parties are reported."""
-    install(session, "test", "torchrl", "ray", *THIRD_PARTY_GROUPS)
-    ensure_torchrl_extension(session)
-    session.env.setdefault("RBCHECK_PROFILE", "ci")
-    session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    session.run("rbcheck", "validate", *(session.posargs or ["--all"]),
-                "--third-party-informational", "--out", "reports")
+    each environment of VALIDATE_ENVS in turn (the others first, then this
+    one), implementations in parallel within each; the parts merged into
+    reports/conformance.md and .json. Fails only when the reference, a variant
+    or the example fails, or when a column did not run or its adapter did
+    not load (every library is installed here): third parties are reported."""
+    if not validate_in(session, "main"):
+        install(session, "test")  # for the merge
+    asked = [a for a in session.posargs if not a.startswith("-")]
+    session.run("rbcheck", "report", "--merge", VALIDATE_PARTS, *(f"--impl={n}" for n in asked),
+                "--third-party-informational", "--must-load", "--out", "reports")
 
 
 #: Wall-clock bound of each command of the Ray sessions (seconds); a run past it is killed.
@@ -113,12 +171,29 @@ def ray_bench(session: nox.Session) -> None:
 
 
 @nox.session
+@nox.parametrize("env", [env for env in VALIDATE_ENVS if env != "main"])
+def thirdparty_env(session: nox.Session, env: str) -> None:
+    """The executed repros of a library with a validate environment of its
+    own (VALIDATE_ENVS), tests/thirdparty/test_<env>_*.py, in that
+    environment; `nox -s thirdparty` runs it first."""
+    import glob
+
+    groups, _ = VALIDATE_ENVS[env]
+    install(session, *groups)
+    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.run("pytest", *sorted(glob.glob(f"tests/thirdparty/test_{env}_*.py")), "-q", "-p", "no:cacheprovider",
+                "-rxs", *session.posargs)
+
+
+@nox.session(requires=[f"thirdparty_env(env='{env}')" for env in VALIDATE_ENVS if env != "main"])
 def thirdparty(session: nox.Session) -> None:
     """The executed repros of docs/findings.md (tests/thirdparty) with cpprb,
-    tianshou and stable-baselines3 installed; the tests session skips them
-    (the libraries are not installed there)."""
+    tianshou, stable-baselines3, RLlib, flashbax and skrl installed (those of a
+    library with an environment of its own ran first, in it: thirdparty_env);
+    the tests session skips them (the libraries are not installed there)."""
     install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)  # torchrl: its checkpoint guarantees
     session.env.setdefault("RBCHECK_PROFILE", "ci")
+    session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # RLlib's repros: nothing leaves the machine
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 

@@ -85,7 +85,7 @@ def _check_sample(buf, rows, info, batch_size: int, capacity: int, sampler: str,
     if sampler == "prioritized":
         w = info["weight"].to("cpu").double()
         if not (torch.isfinite(w).all() and w.min() > 0 and w.max() <= 1 + 1e-6):
-            wl.fail("info['weight']", (float(w.min()), float(w.max())), "finite, within (0, 1]", where)
+            wl.fail("info['weight']", (float(w.min()), float(w.max())), "finite, within (0, 1]", call=where)
     if sampler == "slice":
         wl.check_slices(index, rows, capacity, where)
 

@@ -57,9 +57,20 @@ def _size(info: dict) -> str:
 def load(path: str | Path, stat: str = "median") -> tuple[list[Record], dict]:
     """Records of one pytest-benchmark JSON file and its machine description.
     Benchmarks without rbcheck's ``extra_info`` (op, impl, sizes) are ignored."""
+    data = json.loads(Path(path).read_text())
+    records = records_of(data, stat)
+    label = machine_label(data)
+    threads = sorted({b["extra_info"]["torch_threads"] for b in data.get("benchmarks", [])
+                      if "torch_threads" in (b.get("extra_info") or {})})
+    if threads:
+        label += f", torch threads {'/'.join(map(str, threads))}"
+    return records, label
+
+
+def records_of(data: dict, stat: str = "median") -> list[Record]:
+    """The records of pytest-benchmark JSON already read (see :func:`load`)."""
     if stat not in STATS:
         raise ValueError(f"stat={stat!r}, but should be one of {STATS}")
-    data = json.loads(Path(path).read_text())
     records = []
     for bench in data.get("benchmarks", []):
         info = bench.get("extra_info") or {}
@@ -76,12 +87,7 @@ def load(path: str | Path, stat: str = "median") -> tuple[list[Record], dict]:
                 width=int(info["width"]), device=info.get("device", "cpu"),
             )
         )
-    label = machine_label(data)
-    threads = sorted({b["extra_info"]["torch_threads"] for b in data.get("benchmarks", [])
-                      if "torch_threads" in (b.get("extra_info") or {})})
-    if threads:
-        label += f", torch threads {'/'.join(map(str, threads))}"
-    return records, label
+    return records
 
 
 def machine_label(data: dict) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.assertions import fail
 from rbcheck.harness.protocol import Adapter, BufferSpec, BufferUnderTest
 
 #: Sizes of the pytest-benchmark grid, by mode (env ``RBCHECK_BENCH``).
@@ -230,10 +231,6 @@ def measure_once(fn, device: str = "cpu"):
 # --- checks against the reference --------------------------------------------
 
 
-def fail(what: str, got, expected, where: str) -> None:
-    raise AssertionError(f"{what}={got}, but should be {expected} [{where}]")
-
-
 def _cpu(x: torch.Tensor) -> torch.Tensor:
     return x.detach().to("cpu")
 
@@ -241,22 +238,22 @@ def _cpu(x: torch.Tensor) -> torch.Tensor:
 def check_layout(rows: TensorDictBase, expected: TensorDictBase, batch_size: int, where: str) -> None:
     """Same keys, per-row shapes and dtypes as the reference's rows."""
     if tuple(rows.batch_size) != (batch_size,):
-        fail("rows.batch_size", tuple(rows.batch_size), (batch_size,), where)
+        fail("rows.batch_size", tuple(rows.batch_size), (batch_size,), call=where)
     got = {k: (tuple(v.shape[1:]), v.dtype) for k, v in rows.items(True, True)}
     want = {k: (tuple(v.shape[1:]), v.dtype) for k, v in expected.items(True, True)}
     if got != want:
-        fail("rows layout", got, want, where)
+        fail("rows layout", got, want, call=where)
 
 
 def check_index(index: torch.Tensor, batch_size: int, size: int, where: str) -> torch.Tensor:
     if not isinstance(index, torch.Tensor) or index.dtype != torch.int64:
-        fail("info['index'].dtype", getattr(index, "dtype", type(index)), torch.int64, where)
+        fail("info['index'].dtype", getattr(index, "dtype", type(index)), torch.int64, call=where)
     if tuple(index.shape) != (batch_size,):
-        fail("info['index'].shape", tuple(index.shape), (batch_size,), where)
+        fail("info['index'].shape", tuple(index.shape), (batch_size,), call=where)
     index = _cpu(index)
     lo, hi = int(index.min()), int(index.max())
     if lo < 0 or hi >= size:
-        fail("info['index'] range", (lo, hi), f"within [0, {size})", where)
+        fail("info['index'] range", (lo, hi), f"within [0, {size})", call=where)
     return index
 
 
@@ -267,7 +264,7 @@ def check_rows_match(rows: TensorDictBase, contents: TensorDictBase, index: torc
         got = _cpu(rows.get(key))
         if not torch.equal(got, value):
             bad = (got != value).reshape(len(index), -1).any(-1).nonzero()[:3].flatten().tolist()
-            fail(f"rows[{key!r}] at batch positions {bad}", "different", "storage rows at info['index']", where)
+            fail(f"rows[{key!r}] at batch positions {bad}", "different", "storage rows at info['index']", call=where)
 
 
 def check_weights(weight: torch.Tensor, expected: torch.Tensor, where: str) -> None:
@@ -275,14 +272,14 @@ def check_weights(weight: torch.Tensor, expected: torch.Tensor, where: str) -> N
     reference's stored priorities (float64) within float32 rounding."""
     w = _cpu(weight).to(torch.float64)
     if tuple(w.shape) != tuple(expected.shape):
-        fail("info['weight'].shape", tuple(w.shape), tuple(expected.shape), where)
+        fail("info['weight'].shape", tuple(w.shape), tuple(expected.shape), call=where)
     if not torch.isfinite(w).all():
-        fail("info['weight']", "non-finite values", "finite", where)
+        fail("info['weight']", "non-finite values", "finite", call=where)
     if w.min() <= 0 or w.max() > 1 + 1e-6:
-        fail("info['weight'] range", (float(w.min()), float(w.max())), "within (0, 1]", where)
+        fail("info['weight'] range", (float(w.min()), float(w.max())), "within (0, 1]", call=where)
     err = ((w - expected).abs() / expected).max()
     if err > 1e-5:
-        fail("info['weight'] max relative error vs reference", float(err), "<= 1e-5", where)
+        fail("info['weight'] max relative error vs reference", float(err), "<= 1e-5", call=where)
 
 
 def check_slices(index: torch.Tensor, rows: TensorDictBase, capacity: int, where: str) -> None:
@@ -291,10 +288,10 @@ def check_slices(index: torch.Tensor, rows: TensorDictBase, capacity: int, where
     idx = index.reshape(-1, SLICE_LEN)
     step = (idx[:, 1:] - idx[:, :-1]) % capacity
     if not (step == 1).all():
-        fail("slice slots", "not consecutive", "consecutive slots of one trajectory", where)
+        fail("slice slots", "not consecutive", "consecutive slots of one trajectory", call=where)
     episode = _cpu(rows.get("episode")).reshape(-1, SLICE_LEN)
     if not (episode == episode[:, :1]).all():
-        fail("slice episodes", "mixed within a slice", "one episode per slice", where)
+        fail("slice episodes", "mixed within a slice", "one episode per slice", call=where)
 
 
 def priority_dtype(adapter: Adapter) -> torch.dtype:
@@ -319,7 +316,7 @@ def check_priorities(got: torch.Tensor, expected: torch.Tensor, where: str,
     err = ((got - expected).abs() / expected.abs().clamp_min(1e-300)).max()
     bound, text = (2.0**-21, "2^-21 (float32 trees)") if dtype == torch.float32 else (2.0**-23, "2^-23")
     if err > bound:
-        fail("stored_priority max relative error vs reference", float(err), f"<= {text}", where)
+        fail("stored_priority max relative error vs reference", float(err), f"<= {text}", call=where)
 
 
 def check_same_state(got: BufferUnderTest, want: BufferUnderTest, where: str, prioritized: bool) -> None:
@@ -328,11 +325,11 @@ def check_same_state(got: BufferUnderTest, want: BufferUnderTest, where: str, pr
         a = len(got) if name == "__len__" else getattr(got, name)
         b = len(want) if name == "__len__" else getattr(want, name)
         if a != b:
-            fail(name.strip("_"), a, b, where)
+            fail(name.strip("_"), a, b, call=where)
     a, b = got.contents(), want.contents()
     for key, value in b.items(True, True):
         if not torch.equal(_cpu(a.get(key)), _cpu(value)):
-            fail(f"contents[{key!r}]", "different", "the same rows", where)
+            fail(f"contents[{key!r}]", "different", "the same rows", call=where)
     if prioritized:
         slots = torch.arange(len(want))
         check_priorities(got.stored_priority(slots), _cpu(want.stored_priority(slots)).double(), where)

@@ -40,6 +40,8 @@ PT, CR, PM, PP = "test_priority_transform", "test_checkpoint_roundtrip", "test_p
 SS, RE, CH = "test_sampled_slots", "test_ring_eviction", "test_checkpoint_chain"
 SD, TS = "test_sampling_distributions", "test_trajectory_slices"
 BI, CF, CC = "test_bad_input", "test_checkpoint_faults", "test_concurrency"
+TR = "test_transitions"
+OW, SM = "test_ownership", "test_sampling_mass"
 MODEL = "test_model_comparison::test_implementation_matches_reference_model"
 LIVE = f"{SS}::test_sampled_slots_are_live_and_weights_belong_to_them"
 
@@ -158,10 +160,21 @@ CATALOGUE: tuple[Invariant, ...] = (
         "transitions", number=10,
         statement="n-step returns and next observations match an oracle: truncation is not termination, "
         "windows never cross an episode end or the write cursor",
+        properties=(f"{TR}::test_sampled_transitions_match_the_oracle",
+                    f"{TR}::test_truncated_step_bootstraps_from_its_own_final_obs",
+                    f"{TR}::test_no_window_contains_another_episodes_or_a_newer_row",
+                    f"{TR}::test_incomplete_windows_are_handled_as_declared"),
+        mutants=("sb3_934_timeout_bootstraps_from_next_episode", "sb3_1853_newest_row_next_is_an_old_row",
+                 "sb3_1503_samples_the_unwritten_slot", "cleanrl_460_truncated_final_obs_lost",
+                 "fasttd3_6_windows_cross_episodes_when_full", "fasttd3_6_window_crosses_the_write_cursor",
+                 "fasttd3_7_done_mask_ignored", "fasttd3_7_gamma_not_gamma_n", "tianshou_135_nstep_wraps_before_full",
+                 "tianshou_82_index_shifted_by_obs_next", "dopamine_213_truncated_trajectory_taken_as_valid",
+                 "dopamine_228_extra_terminal_elements", "chainerrl_442_nstep_without_env_id",
+                 "lerobot_918_reads_uninitialised_memory", "ray_18358_obs_shifted_by_nstep"),
         real_bugs=("DLR-RM/stable-baselines3 #1853, #934, #1503", "younggyoseo/FastTD3 #6",
-                   "thu-ml/tianshou #135, #82", "google/dopamine #213, #228"),
-        why_uncovered="neither the protocol nor the reference has transitions or n-step returns yet: "
-        "a capability and a reference oracle come first",
+                   "thu-ml/tianshou #135, #82", "google/dopamine #213, #228", "vwxyzjn/cleanrl #460",
+                   "younggyoseo/FastTD3 PR #7", "chainer/chainerrl PR #442", "huggingface/lerobot PR #918",
+                   "ray-project/ray PR #18358"),
     ),
     Invariant(
         "no_torn_rows", number=11,
@@ -182,17 +195,20 @@ CATALOGUE: tuple[Invariant, ...] = (
         "memory_ownership", number=13,
         statement="the buffer owns its memory and leaves the caller's alone: no call changes its "
         "arguments, and neither the caller's tensors nor a returned sample share memory with the storage",
+        properties=(f"{OW}::test_buffer_keeps_no_reference_to_the_callers_tensors",
+                    f"{OW}::test_calls_leave_their_arguments_unchanged",
+                    f"{OW}::test_returned_samples_and_contents_share_no_memory_with_the_storage"),
+        mutants=("update_sorts_the_callers_index", "add_writes_into_the_callers_row",
+                 "sample_returns_its_output_buffer"),
         real_bugs=("thu-ml/tianshou #82", "cpprb #116", "Farama SuperSuit PR #116"),
-        why_uncovered="no property yet",
     ),
     Invariant(
         "sampling_mass", number=14,
-        statement="the sampling mass is the sum of the held priorities after any sequence of updates and "
-        "in any dtype; zero-priority slots are never returned; boundary masses map to the right slot",
-        real_bugs=("instadeepai/flashbax #52", "JuliaReinforcementLearning RLTrajectories PR #56",
-                   "hill-a/stable-baselines #941", "vwxyzjn/cleanrl #546"),
-        why_uncovered="the closed-form properties apply at most one update with small priorities: no "
-        "property yet for long update sequences and boundary masses",
+        statement="the sampling mass is the sum of the held priorities after any sequence of updates "
+        "(one priority to 1e8 and back, thousands of small updates) and in any dtype",
+        properties=(f"{SM}::test_sampling_mass_survives_long_update_sequences",),
+        mutants=("float32_root_drifts",),
+        real_bugs=("instadeepai/flashbax #52", "vwxyzjn/cleanrl #546"),
     ),
     Invariant(
         "checkpoint_touches_only_its_own", number=15,
@@ -230,6 +246,16 @@ CATALOGUE: tuple[Invariant, ...] = (
                     f"{CF}::test_missing_or_empty_directory_is_refused",
                     f"{CF}::test_checkpoint_that_does_not_fit_is_refused",
                     f"{CF}::test_interrupted_save_leaves_a_loadable_checkpoint"),
+    ),
+    Invariant(
+        "boundary_masses", number=16,
+        statement="`sample()` never returns a zero-priority slot and reaches the last held slot; masses "
+        "at 0, on a prefix boundary and just below the total map to the slot whose half-open interval "
+        "holds them, whether the capacity is a power of two or not",
+        properties=(f"{SM}::test_boundary_masses_map_to_the_right_slot",),
+        mutants=("zero_priority_slot_sampled", "last_slot_excluded_from_total"),
+        real_bugs=("JuliaReinforcementLearning RLTrajectories PR #56", "instadeepai/flashbax #52",
+                   "hill-a/stable-baselines #941"),
     ),
 )
 

@@ -11,8 +11,11 @@ what the oracle says, in the declared convention's own terms.
   (:meth:`Conventions.priorities`), eps too: the expected values are those of
   an exact computation on the numbers the buffer actually received.
 * ``leaf_i = (raw_i + eps) ** alpha`` with eps from
-  :meth:`Conventions.effective_eps`; ``P_i = leaf_i / sum_j leaf_j`` over the
-  N held slots.
+  :meth:`Conventions.effective_eps` (0 under ``eps_rule="none"``: ``raw ** alpha``);
+  ``P_i = leaf_i / sum_j leaf_j`` over the N held slots.
+* under ``positive_priorities`` the buffer refuses a raw 0: the oracle
+  refuses to be handed one (a property that forgot the convention would
+  otherwise expect a write the buffer never made).
 * weights: ``(N P_i) ** -beta`` divided by ``max_j (N P_j) ** -beta`` over the
   held slots with ``P_j > 0`` ("buffer_min"), over the batch ("batch_max"), or
   not divided ("none").
@@ -30,7 +33,7 @@ import torch
 from rbcheck.harness.assertions import Tolerance, Trace, priority_tolerance, weight_tolerance
 from rbcheck.harness.protocol import BufferSpec, Conventions
 
-__all__ = ["PriorityOracle", "stratified_probabilities", "transform"]
+__all__ = ["PriorityOracle", "model_spec", "stratified_probabilities", "transform"]
 
 
 def transform(raw: torch.Tensor, eps: float, alpha: float) -> torch.Tensor:
@@ -123,6 +126,11 @@ class PriorityOracle:
         return keep
 
     def _set(self, slots: torch.Tensor, values: torch.Tensor) -> None:
+        if self.conventions.positive_priorities and bool((values <= 0).any()):
+            raise ValueError(
+                f"raw priorities={values.tolist()}, but should be > 0 for a buffer declaring "
+                f"positive_priorities (it refuses 0: draw with strategies.priorities(conventions=...))"
+            )
         for slot, value in zip(slots.tolist(), values.tolist(), strict=True):  # last write wins
             self.raw[slot] = value
         if len(values):
@@ -130,14 +138,23 @@ class PriorityOracle:
 
     # -- expectations -----------------------------------------------------
     def leaves(self) -> torch.Tensor:
-        """Expected stored priorities of the held slots ``0 .. size-1``, float64."""
-        return transform(self.raw[: self.size], self.eps, self.alpha)
+        """Expected stored priorities of the held slots ``0 .. size-1``, float64
+        (under ``eps_rule="none"`` a raw 0 stores 0 whatever alpha: never drawn)."""
+        raw = self.raw[: self.size]
+        out = transform(raw, self.eps, self.alpha)
+        if self.conventions.eps_rule == "none":
+            out = torch.where(raw == 0, torch.zeros_like(out), out)
+        return out
 
     def max_priority(self) -> float | None:
         """Expected ``max_priority`` read-back: the raw max seen ("max_seen"),
         the raw max held ("max_held"); None where the convention defines none
-        ("constant")."""
+        ("constant"), or where it has no effect (``eps_rule="none"`` at alpha 0)."""
         rule = self.conventions.new_priority
+        if self.conventions.eps_rule == "none" and self.alpha == 0:
+            # p ** 0 is 1 for every p > 0: the max has no effect on what is stored or
+            # drawn, and a buffer that records the transformed max (flashbax) keeps no raw one
+            return None
         if rule == "max_seen":
             return self.max_seen
         if rule == "max_held":
@@ -194,6 +211,16 @@ class PriorityOracle:
         else:
             norm = torch.tensor(1.0, dtype=torch.float64)
         return raw_w[index] / norm
+
+
+def model_spec(spec: BufferSpec, conventions: Conventions) -> BufferSpec:
+    """The spec to build the reference model from, for a buffer under
+    ``conventions``: eps = 0 under ``eps_rule="none"`` (the reference then
+    stores ``p ** alpha`` as such a buffer does, so the two map the same
+    uniforms to the same slots); ``spec`` itself otherwise."""
+    if spec.sampler == "prioritized" and conventions.eps_rule == "none":
+        return spec.but(eps=0.0)
+    return spec
 
 
 def reads_back(spec: BufferSpec, adapter) -> bool:

@@ -61,6 +61,9 @@ CAPABILITIES = frozenset(
         "priority_key",  # a priority carried in the data is used on extend
         "bad_input",  # invalid arguments raise and leave the buffer unchanged
         "concurrent",  # safe to share: writers, samplers, updates and saves at once (threads or processes)
+        "transitions",  # rows are env steps; a sample returns next_obs and the flags (Conventions.transition_fields)
+        "nstep",  # with spec.nstep: a sample returns the n-step return, bootstrap obs and discount (or the window)
+        "env_id",  # takes several envs' steps interleaved (spec.num_envs > 1; each row's "env" key)
     }
 )
 
@@ -107,10 +110,16 @@ SPEC_PARAM_RANGES: Mapping[str, ParamRange] = {
 }
 
 #: Allowed values of each string convention; the first is the spec's rule.
-EPS_RULES = ("add", "finfo_on_update")
+EPS_RULES = ("add", "finfo_on_update", "none")
 NEW_PRIORITIES = ("max_seen", "max_held", "constant")
 WEIGHT_NORMALISERS = ("buffer_min", "batch_max", "none")
 SAMPLING_SCHEMES = ("independent", "stratified")
+#: What a "transitions" buffer may return (the first five are the step's own
+#: row; next_obs is the true next observation, or the final one at an episode's end).
+TRANSITION_FIELDS = ("obs", "action", "reward", "terminated", "truncated", "next_obs")
+NSTEP_FORMS = ("return", "window")
+INCOMPLETE_WINDOWS = ("shorten", "exclude")
+TERMINAL_FLAGS = ("terminated", "done")
 PRIORITY_DTYPES = (torch.float64, torch.float32)
 
 
@@ -126,7 +135,9 @@ class Conventions:
       with a tolerance tied to its own error (``harness.assertions``).
     * ``eps_rule``: ``"add"`` (spec: stored ``(p + eps) ** alpha`` on every
       path) or ``"finfo_on_update"`` (no eps argument: the buffer uses
-      ``finfo(priority_dtype).eps`` in place of ``spec.eps``; tianshou).
+      ``finfo(priority_dtype).eps`` in place of ``spec.eps``; tianshou) or
+      ``"none"`` (no eps at all: the buffer stores ``p ** alpha``; a raw 0
+      stores 0 and is never drawn).
     * ``new_priority``: the raw priority a row written without one gets:
       ``"max_seen"`` (spec: the largest raw priority over the buffer's life,
       1.0 at first), ``"max_held"`` (the largest raw priority among the rows
@@ -143,6 +154,24 @@ class Conventions:
     * ``param_ranges``: allowed ``"alpha"``, ``"beta"``, ``"eps"`` (missing
       names: the spec's range). Strategies draw over the whole declared range;
       bad-input properties try its complement.
+    * ``transition_fields`` (capability ``"transitions"``): which of
+      :data:`TRANSITION_FIELDS` a sample returns (spec: all six).
+    * ``nstep_form`` (capability ``"nstep"``): ``"return"`` (spec: the keys
+      ``nstep_return``, ``nstep_obs`` and ``nstep_discount``) or ``"window"``
+      (``window_id``: the ids of the window's rows, -1 after its end).
+    * ``incomplete_windows``: a slot whose n-step window is not complete yet
+      (it reaches the newest row of its env before n steps and before the
+      episode's end) is ``"shorten"``-ed (spec: the window stops at the newest
+      row and bootstraps from its next_obs) or ``"exclude"``-d (never sampled).
+    * ``terminal_flag``: what the returned ``terminated`` means and what turns
+      bootstrapping off: ``"terminated"`` (spec; a truncated step bootstraps
+      from its own final observation) or ``"done"`` (terminated or truncated:
+      a timeout is taken as a termination). Checked in its own terms.
+    * ``positive_priorities``: True when the buffer refuses a raw priority
+      of 0 (spec: 0 is allowed, such a row is never drawn). Valid-input
+      properties then draw priorities > 0 (``strategies.priorities``), and
+      the bad-input case ``priority_zero`` checks that a 0 is refused like
+      any bad input: an exception, and nothing changed.
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.
@@ -157,6 +186,11 @@ class Conventions:
     seedable: bool = True
     param_ranges: Mapping[str, ParamRange] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)
+    transition_fields: tuple[str, ...] = TRANSITION_FIELDS
+    nstep_form: str = "return"
+    incomplete_windows: str = "shorten"
+    terminal_flag: str = "terminated"
+    positive_priorities: bool = False
 
     def __post_init__(self) -> None:
         choices = {
@@ -165,6 +199,9 @@ class Conventions:
             "new_priority": NEW_PRIORITIES,
             "weight_normaliser": WEIGHT_NORMALISERS,
             "sampling": SAMPLING_SCHEMES,
+            "nstep_form": NSTEP_FORMS,
+            "incomplete_windows": INCOMPLETE_WINDOWS,
+            "terminal_flag": TERMINAL_FLAGS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
@@ -172,6 +209,10 @@ class Conventions:
                 raise ValueError(
                     f"Conventions.{name}={value!r}, but should be one of {[str(a) for a in allowed]}"
                 )
+        if not isinstance(self.positive_priorities, bool):
+            raise ValueError(
+                f"Conventions.positive_priorities={self.positive_priorities!r}, but should be True or False"
+            )
         unknown = set(self.param_ranges) - set(SPEC_PARAM_RANGES)
         if unknown:
             raise ValueError(
@@ -186,6 +227,12 @@ class Conventions:
                 and self.new_priority_value >= 0):
             raise ValueError(
                 f"Conventions.new_priority_value={self.new_priority_value!r}, but should be a finite number >= 0"
+            )
+        bad_fields = [f for f in self.transition_fields if f not in TRANSITION_FIELDS]
+        if isinstance(self.transition_fields, str) or bad_fields:
+            raise ValueError(
+                f"Conventions.transition_fields={self.transition_fields!r}, but should be a tuple of "
+                f"names among {list(TRANSITION_FIELDS)}"
             )
         known = {f.name for f in fields(self)} | {f"param_ranges.{name}" for name in self.param_ranges}
         unknown_notes = set(self.notes) - known
@@ -210,10 +257,18 @@ class Conventions:
 
     def effective_eps(self, eps: float) -> float:
         """The eps the buffer adds for a spec with ``eps``: the spec's under
-        ``"add"``, ``finfo(priority_dtype).eps`` under ``"finfo_on_update"``."""
+        ``"add"``, ``finfo(priority_dtype).eps`` under ``"finfo_on_update"``,
+        0 under ``"none"``."""
         if self.eps_rule == "finfo_on_update":
             return float(torch.finfo(self.priority_dtype).eps)
+        if self.eps_rule == "none":
+            return 0.0
         return float(eps)
+
+    def admits(self, raw: float) -> bool:
+        """Whether a finite raw priority >= 0 is a valid input: any under the
+        spec, only those > 0 under ``positive_priorities``."""
+        return raw > 0 if self.positive_priorities else raw >= 0
 
     def deviations(self, notes: bool = True) -> dict[str, str]:
         """The fields that differ from the spec, rendered (``{"priority_dtype":
@@ -231,6 +286,8 @@ class Conventions:
                 text = str(value).replace("torch.", "")
             elif f.name == "new_priority" and value == "constant":
                 text = f"constant {self.new_priority_value:g}"
+            elif f.name == "transition_fields":
+                text = ",".join(value)
             else:
                 text = str(value)
             out[f.name] = text
@@ -274,6 +331,13 @@ class BufferSpec:
     #: knows, so a buffer that allocates its fields up front can do so in
     #: ``make(spec)``; None when the rows are not known in advance.
     layout: Mapping[Any, tuple[tuple[int, ...], torch.dtype]] | None = None
+    #: Transitions (capabilities "transitions", "env_id", "nstep"): how many
+    #: envs' steps are interleaved (each write is one step of every env, in
+    #: env order; capacity counts rows), and the n-step window's n (None: no
+    #: n-step keys) and discount.
+    num_envs: int = 1
+    nstep: int | None = None
+    gamma: float = 0.99
 
     def but(self, **changes: Any) -> BufferSpec:
         return replace(self, **changes)

@@ -30,67 +30,42 @@ not run, a crash) or an adapter did not load. ``--third-party-informational``
 reports the built-in third-party adapters' failures (``torchrl``, ...)
 without letting them set the exit status, as ``rbcheck validate`` does.
 ``--from-results NAME=PATH`` builds the report from existing results files
-instead of running pytest.
+instead of running pytest. ``--merge DIR`` builds it from the per-implementation
+parts that ``rbcheck validate --parts DIR`` wrote (``nox -s validate``: one
+environment per group of libraries that install together); every
+implementation asked for (``--impl``, default every built-in name) must have a
+part, and one without is a column of "not run" that aborts the verdict (exit 2).
+``--must-load`` makes an adapter that did not load abort the verdict even under
+``--third-party-informational`` (for runs whose environments install every
+library, as ``nox -s validate`` does).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from rbcheck.harness.adapters import BUILTIN, builtin_names
+
+# ImplResult and the cell text live in outcomes (shared with the verdict and
+# the runners without an import cycle); imported here under their old names
+from rbcheck.harness.outcomes import NOT_RUN, TRIED, ImplResult, cell_text
 from rbcheck.harness.plugin.known_failures import suite_relative
 
 #: Built-in names of third-party buffers (from the one table of built-ins).
 THIRD_PARTY = frozenset(name for name, entry in BUILTIN.items() if not entry.first_party)
 #: Catalogues of bad inputs and faults, summarised per implementation (file -> label).
 ROBUSTNESS = {"test_bad_input.py": "bad input", "test_checkpoint_faults.py": "checkpoint faults"}
-TRIED = ("pass", "fail", "error", "xfail", "xpass")
 CELL_WIDTH_MD = 140
 CELL_WIDTH_TEXT = 48
-
-
-@dataclass
-class ImplResult:
-    """One implementation's run: either loaded and run, or why not."""
-
-    name: str
-    status: str  # "ran" | "unavailable" | "crashed"
-    why: str = ""
-    version: str = ""
-    capabilities: list[str] = field(default_factory=list)
-    unavailable: dict[str, str] = field(default_factory=dict)
-    conventions: dict[str, str] = field(default_factory=dict)
-    exitstatus: int | None = None
-    warnings: list[str] = field(default_factory=list)
-    tests: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float | None = None  # the run's wall time
-    shrink_seconds: float | None = None  # shrinking budget per failing property (None: Hypothesis')
-    errors: list[str] = field(default_factory=list)  # errors outside the tests (usage, collection, ...)
-    output: str = ""  # pytest's own output (stderr, then stdout's tail), shown when the run did not complete
-
-    @classmethod
-    def from_results(cls, name: str, payload: dict[str, Any]) -> ImplResult:
-        return cls(
-            name=name,
-            status="ran",
-            version=payload.get("version", ""),
-            capabilities=list(payload.get("capabilities", [])),
-            unavailable=dict(payload.get("unavailable", {})),
-            conventions=dict(payload.get("conventions", {})),
-            exitstatus=payload.get("exitstatus"),
-            warnings=list(payload.get("warnings", [])),
-            tests=list(payload.get("tests", [])),
-            seconds=payload.get("seconds"),
-            shrink_seconds=payload.get("shrink_seconds"),
-            errors=list(payload.get("errors", [])),
-        )
 
 
 def is_third_party(name: str) -> bool:
@@ -100,40 +75,6 @@ def is_third_party(name: str) -> bool:
 def row_id(nodeid: str) -> str:
     """A test's row in the table: its node id relative to the suite."""
     return suite_relative(nodeid)
-
-
-def conventions_text(conventions: dict[str, str]) -> str:
-    """`` [convention: weight_normaliser=batch_max; ...]`` or ``""``."""
-    if not conventions:
-        return ""
-    return " [convention: " + "; ".join(f"{k}={v}" for k, v in sorted(conventions.items())) + "]"
-
-
-def cell_text(outcome: str, message: str, conventions: dict[str, str] | None = None) -> str:
-    """The cell of one result; the deviations it was checked under follow it."""
-    text = _cell_text(outcome, message)
-    if outcome in TRIED and conventions:  # before the message, so clipping keeps it
-        head, _, rest = text.partition(" ")
-        text = head + conventions_text(conventions) + (" " + rest if rest else "")
-    return text
-
-
-def _cell_text(outcome: str, message: str) -> str:
-    if outcome == "pass":
-        return "pass"
-    if outcome in ("fail", "error"):
-        return f"FAIL ({message})" if message else "FAIL"
-    if outcome == "unavailable":
-        why = message[len("unavailable: "):] if message.startswith("unavailable: ") else message
-        return f"unavailable ({why})"
-    if outcome == "skip":
-        return f"skipped ({message})"
-    if outcome == "xfail":
-        reason = message[len("known failure: "):] if message.startswith("known failure: ") else message
-        return f"known failure ({reason})"
-    if outcome == "xpass":
-        return f"XPASS ({message})"
-    return outcome
 
 
 def robustness(result: ImplResult) -> dict[str, dict[str, int]]:
@@ -346,9 +287,9 @@ def render_text(report: dict[str, Any]) -> str:
 def run_one(name: str, profile: str, extra: list[str], workdir: Path, *, only: tuple[str, ...] | list[str] = (),
             known_failures: Path | None = None, progress: bool = False) -> ImplResult:
     """Load ``name``'s adapter (to report why it cannot load), then run the
-    suite against it in an isolated subprocess (``rbcheck.checks``), with the
+    suite against it in an isolated subprocess (``rbcheck.runner``), with the
     working directory on the path; what ``rbcheck validate`` runs too."""
-    from rbcheck.checks import run_subprocess
+    from rbcheck import runner
     from rbcheck.harness import adapters
 
     try:
@@ -356,12 +297,101 @@ def run_one(name: str, profile: str, extra: list[str], workdir: Path, *, only: t
     except Exception as err:  # any load failure: the verdict says the adapter did not load
         why = " ".join(f"{type(err).__name__}: {err}".split())
         return ImplResult(name=name, status="unavailable", why=why)
-    return run_subprocess(name, profile=profile, workdir=workdir, only=only, known_failures=known_failures,
+    return runner.run_subprocess(name, profile=profile, workdir=workdir, only=only, known_failures=known_failures,
                           extra=extra, pythonpath=[os.getcwd()], progress=progress)
 
 
+def run_many(names: list[str], profile: str, extra: list[str], workdir: Path, *, jobs: int = 1,
+             only: tuple[str, ...] | list[str] = (), known_failures: Path | None = None, progress: bool = False,
+             start: Callable[[str], None] | None = None,
+             done: Callable[[ImplResult], None] | None = None) -> list[ImplResult]:
+    """:func:`run_one` for each name, ``jobs`` at a time: each run is its own
+    pytest process (a worker), in a directory of its own under ``workdir``
+    (its ini file, Hypothesis database and ``--basetemp``), so concurrent runs
+    share no file. With ``jobs > 1`` each worker gets ``cores // jobs``
+    intra-op threads (``OMP_NUM_THREADS``, unless the caller set it), so the
+    workers do not oversubscribe the machine. The results come back in the
+    order of ``names``; ``start(name)`` and ``done(result)`` are called as each
+    run starts and ends (from the worker's thread)."""
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r}, but should be an int >= 1")
+
+    def one(i: int, name: str) -> ImplResult:
+        own = workdir / f"{i:03d}"
+        own.mkdir(parents=True, exist_ok=True)
+        args = [*extra, f"--basetemp={own / 'tmp'}"] if jobs > 1 else list(extra)
+        if start is not None:
+            start(name)
+        result = run_one(name, profile, args, own, only=only, known_failures=known_failures, progress=progress)
+        if done is not None:
+            done(result)
+        return result
+
+    if jobs == 1 or len(names) <= 1:
+        return [one(i, name) for i, name in enumerate(names)]
+    workers = min(jobs, len(names))
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads is None:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rbcheck-run") as pool:
+            futures = [pool.submit(one, i, name) for i, name in enumerate(names)]
+            return [future.result() for future in futures]
+    finally:
+        if threads is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+
+
+def part_path(directory: Path, name: str) -> Path:
+    """Where :func:`write_part` puts ``name``'s part: a file name that keeps
+    the name readable and cannot collide (``pkg.mod:f`` and ``pkg.mod_f`` differ)."""
+    safe = "".join(c if c.isalnum() or c in "-." else "_" for c in name)
+    return directory / f"{safe}-{hashlib.sha1(name.encode()).hexdigest()[:8]}.json"
+
+
+def write_part(result: ImplResult, directory: Path) -> Path:
+    """Write one implementation's result to ``directory`` (a part of a merged
+    report); atomic, so a merge never reads half a part."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = part_path(directory, result.name)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result.to_part(), indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_parts(directory: Path) -> dict[str, ImplResult]:
+    """Every part under ``directory`` (searched recursively: one folder per
+    environment is fine), by implementation name. A part that does not parse,
+    or two parts of one name, is a ValueError naming the files."""
+    found: dict[str, tuple[Path, ImplResult]] = {}
+    for path in sorted(directory.rglob("*.json")):
+        try:
+            result = ImplResult.from_part(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as err:
+            raise ValueError(f"part {path}: {err}") from err
+        if result.name in found:
+            raise ValueError(f"parts {found[result.name][0]} and {path} both hold {result.name!r}, "
+                             f"but each implementation should have one part")
+        found[result.name] = (path, result)
+    return {name: result for name, (_, result) in found.items()}
+
+
+def merge(directory: Path, names: Iterable[str] | None = None) -> list[ImplResult]:
+    """The results of ``names`` (default: every built-in name, then any other
+    part found) from the parts under ``directory``. A name without a part is a
+    result of status ``"not run"``: never a pass, and it aborts the verdict."""
+    parts = read_parts(directory) if directory.is_dir() else {}
+    wanted = list(dict.fromkeys(names)) if names is not None else builtin_names() + sorted(
+        set(parts) - set(builtin_names()))
+    return [parts.get(name) or ImplResult(name=name, status=NOT_RUN,
+                                          why=f"no results for it in {directory}: its environment did not run "
+                                              f"or did not finish")
+            for name in wanted]
+
+
 def conclude(results: list[ImplResult], *, informational: set[str] = frozenset(), out: Path | None = None,
-             report: dict[str, Any] | None = None) -> int:
+             report: dict[str, Any] | None = None, must_load: Iterable[str] = ()) -> int:
     """Print the report and the verdict (``rbcheck.harness.verdict``) of
     ``results``, write ``out/conformance.md`` and ``.json`` when ``out`` is
     given, and return the exit status: the end of ``rbcheck validate`` and of
@@ -375,7 +405,7 @@ def conclude(results: list[ImplResult], *, informational: set[str] = frozenset()
         (out / "conformance.md").write_text(render_markdown(report) + "\n")
         (out / "conformance.json").write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {out / 'conformance.md'} and {out / 'conformance.json'}")
-    decision = decide(results, informational)
+    decision = decide(results, informational, must_load=must_load)
     stdout, stderr = explain(decision, {r.name: r.output for r in results})
     if stderr:
         print(stderr, file=sys.stderr, flush=True)
@@ -384,8 +414,8 @@ def conclude(results: list[ImplResult], *, informational: set[str] = frozenset()
     return decision.code
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rbcheck.harness.report", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m rbcheck.harness.report") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", action="append", default=None,
                         help="implementation to include (repeatable; default: every built-in name)")
     parser.add_argument("--out", default="reports", help="directory for conformance.md/.json")
@@ -397,10 +427,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra argument passed to every pytest run (repeatable)")
     parser.add_argument("--third-party-informational", action="store_true",
                         help="failures of the built-in third-party adapters do not set the exit status")
+    parser.add_argument("--merge", metavar="DIR", default=None,
+                        help="build the report from the parts `rbcheck validate --parts` wrote under DIR; an "
+                        "implementation asked for (--impl, default every built-in) without a part is 'not run' "
+                        "(exit 2)")
+    parser.add_argument("--must-load", action="store_true",
+                        help="an adapter that did not load sets the exit status (2) even with "
+                        "--third-party-informational: its library should have been installed")
     args = parser.parse_args(argv)
 
     results: list[ImplResult] = []
-    if args.from_results:
+    if args.merge is not None:
+        if args.from_results:
+            parser.error("--merge and --from-results, but should be one of them")
+        if not Path(args.merge).is_dir():
+            parser.error(f"--merge={args.merge!r} is not a directory, but should hold the parts of "
+                         f"`rbcheck validate --parts DIR`")
+        try:
+            results = merge(Path(args.merge), args.impl)
+        except ValueError as err:
+            parser.error(f"--merge: {err}")
+    elif args.from_results:
         for entry in args.from_results:
             name, sep, path = entry.partition("=")
             if not sep:
@@ -417,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[rbcheck report] running the conformance suite --impl {name} ...", file=sys.stderr, flush=True)
                 results.append(run_one(name, args.profile, args.pytest_arg, Path(tmp)))
     informational = {r.name for r in results if r.name in THIRD_PARTY} if args.third_party_informational else set()
-    return conclude(results, informational=informational, out=Path(args.out))
+    must_load = {r.name for r in results} if args.must_load else set()
+    return conclude(results, informational=informational, out=Path(args.out), must_load=must_load)
 
 
 if __name__ == "__main__":

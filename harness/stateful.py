@@ -52,7 +52,7 @@ from rbcheck.harness.assertions import (
     fail,
     priority_tolerance,
 )
-from rbcheck.harness.oracle import PriorityOracle
+from rbcheck.harness.oracle import PriorityOracle, model_spec
 from rbcheck.harness.protocol import Adapter, Conventions
 from rbcheck.harness.strategies import layouts, priorities, specs
 
@@ -71,7 +71,9 @@ def make_state_machine(
     conventions = impl.conventions
     readback = prioritized and impl.has("priority_readback")
     seedable = conventions.seedable
-    samplers = ("random", "prioritized") if prioritized else ("random",)
+    # the samplers the adapter declares (a prioritized-only buffer is not
+    # driven through a uniform spec it never claimed)
+    samplers = declared_samplers(impl)
     with_generations = prioritized and impl.has("stale_updates")
     can_save = impl.has("save_load")
     shared_rng = impl.has("shared_rng")
@@ -110,7 +112,7 @@ def make_state_machine(
             note(f"layout = {layout!r}")
             note(f"buf = load_adapter({self.trace.adapter!r}).make({spec!r})")
             self.sut = impl.make(spec)
-            self.model = model.make(spec)
+            self.model = model.make(model_spec(spec, conventions))
             if spec.sampler == "prioritized":
                 self.oracle = PriorityOracle(spec, conventions)
 
@@ -197,7 +199,8 @@ def make_state_machine(
             which = data.draw(st.integers(0, len(self.samples) - 1), label="which sample")
             index, generation, serials = self.samples[which]
             raw = data.draw(
-                st.lists(priorities(), min_size=len(index), max_size=len(index)), label="priorities"
+                st.lists(priorities(conventions=conventions), min_size=len(index), max_size=len(index)),
+                label="priorities"
             )
             raw = conventions.priorities(raw)
             use_gen = with_generation and with_generations and generation is not None
@@ -224,7 +227,8 @@ def make_state_machine(
                 st.lists(st.integers(0, n - 1), min_size=1, max_size=5), label="slots"
             )
             raw = data.draw(
-                st.lists(priorities(), min_size=len(index), max_size=len(index)), label="priorities"
+                st.lists(priorities(conventions=conventions), min_size=len(index), max_size=len(index)),
+                label="priorities"
             )
             index = torch.tensor(index, dtype=torch.int64)
             raw = conventions.priorities(raw)

@@ -301,8 +301,17 @@ def episode_layouts(
     return EpisodeLayout(tuple(lengths), first_episode=draw(st.integers(0, 3)))
 
 
-def priorities(max_value: float = 100.0) -> st.SearchStrategy[float]:
-    """Raw priorities: zero included on purpose, finite, non-negative."""
+def priorities(max_value: float = 100.0, conventions: Conventions | None = None) -> st.SearchStrategy[float]:
+    """Raw priorities: zero included on purpose, finite, non-negative; under
+    ``conventions.positive_priorities`` (the buffer refuses 0) only those
+    that stay > 0 in its ``priority_dtype``: from its smallest normal number up."""
+    if conventions is not None and conventions.positive_priorities:
+        tiny = float(torch.finfo(conventions.priority_dtype).tiny)
+        return st.one_of(
+            st.just(tiny),
+            st.floats(min_value=tiny, max_value=max_value, allow_nan=False, allow_infinity=False),
+            st.sampled_from([1e-3, 0.5, 1.0, 2.0, 7.25]),
+        )
     return st.one_of(
         st.just(0.0),
         st.floats(min_value=0.0, max_value=max_value, allow_nan=False, allow_infinity=False),
@@ -310,8 +319,9 @@ def priorities(max_value: float = 100.0) -> st.SearchStrategy[float]:
     )
 
 
-def priority_vectors(n: int, max_value: float = 100.0) -> st.SearchStrategy[torch.Tensor]:
-    return st.lists(priorities(max_value), min_size=n, max_size=n).map(
+def priority_vectors(n: int, max_value: float = 100.0, conventions: Conventions | None = None
+                     ) -> st.SearchStrategy[torch.Tensor]:
+    return st.lists(priorities(max_value, conventions), min_size=n, max_size=n).map(
         lambda xs: torch.tensor(xs, dtype=torch.float64)
     )
 
@@ -387,12 +397,14 @@ def transforms(include_none: bool = True) -> st.SearchStrategy:
 
 @st.composite
 def operations(
-    draw: st.DrawFn, capacity: int, *, prioritized: bool = False, max_ops: int = 12
+    draw: st.DrawFn, capacity: int, *, prioritized: bool = False, max_ops: int = 12,
+    conventions: Conventions | None = None,
 ) -> list[tuple]:
     """A sequence of buffer operations: ``("extend", n)`` with ``n <= capacity``,
     ``("add",)``, ``("sample", b)`` and, when ``prioritized``,
     ``("update", k, priorities)`` (update the slots of the last sample's first k
-    entries). Always starts with a write."""
+    entries; priorities drawn for ``conventions``, see :func:`priorities`).
+    Always starts with a write."""
     ops: list[tuple] = [("extend", draw(st.integers(1, capacity)))]
     kinds = ["extend", "add", "sample"] + (["update"] if prioritized else [])
     for _ in range(draw(st.integers(0, max_ops))):
@@ -405,7 +417,8 @@ def operations(
             ops.append(("sample", draw(st.integers(1, 6))))
         else:
             k = draw(st.integers(1, 4))
-            ops.append(("update", k, tuple(draw(st.lists(priorities(), min_size=k, max_size=k)))))
+            ops.append(("update", k, tuple(draw(st.lists(priorities(conventions=conventions), min_size=k,
+                                                          max_size=k)))))
     return ops
 
 

@@ -31,6 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rbcheck.harness.outcomes import cell_text
+
 PASSED, FAILED, ABORTED = 0, 1, 2
 
 #: pytest's exit statuses (``pytest.ExitCode``), as the reasons name them.
@@ -77,7 +79,7 @@ def _row(test: dict[str, Any]) -> str:
 
 
 def judge(result: Any, *, strict: bool = True) -> Verdict:
-    """The verdict on one :class:`rbcheck.harness.report.ImplResult`.
+    """The verdict on one :class:`rbcheck.harness.outcomes.ImplResult`.
     ``strict=False`` (``check_buffer(strict=False)``) lets an XPASS pass."""
     name = result.name
     if result.status == "unavailable":
@@ -101,8 +103,6 @@ def judge(result: Any, *, strict: bool = True) -> Verdict:
         aborted.append("pytest recorded errors outside the tests")
     reasons = [f"{name}: the run did not complete: {aborted[0]}"] if aborted else []
     reasons += [f"{name}: {a}" for a in aborted[1:]] + [f"{name}: {error}" for error in result.errors]
-    from rbcheck.harness.report import cell_text
-
     for test in result.tests:
         if test["outcome"] in ("fail", "error"):
             reasons.append(f"{name}: {_row(test)}: {cell_text('fail', test.get('message', ''))}")
@@ -114,13 +114,17 @@ def judge(result: Any, *, strict: bool = True) -> Verdict:
     return Verdict(name, code, tuple(reasons), not_run=(missing, len(result.tests)))
 
 
-def decide(results: Iterable[Any], informational: Iterable[str] = (), *, strict: bool = True) -> Decision:
-    """The exit status of several implementations' results (module doc)."""
-    informational = set(informational)
+def decide(results: Iterable[Any], informational: Iterable[str] = (), *, strict: bool = True,
+           must_load: Iterable[str] = ()) -> Decision:
+    """The exit status of several implementations' results (module doc).
+    An adapter of ``must_load`` that did not load gates (2) even when
+    informational: its library was meant to be installed (``nox -s validate``)."""
+    informational, must_load = set(informational), set(must_load)
     verdicts = tuple(judge(r, strict=strict) for r in results)
     code, problems, notes = PASSED, [], []
     for verdict in verdicts:
-        if verdict.name in informational and (verdict.code == FAILED or verdict.unavailable):
+        excused = verdict.code == FAILED or (verdict.unavailable and verdict.name not in must_load)
+        if verdict.name in informational and excused:
             notes += verdict.reasons
             continue
         code = max(code, verdict.code)

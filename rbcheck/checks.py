@@ -13,23 +13,24 @@ working directory.
 
 from __future__ import annotations
 
-import ast
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import rbcheck.conformance
-
-#: The conformance suite: a package inside the installed rbcheck.
-SUITE = Path(rbcheck.conformance.__file__).resolve().parent
-#: The ini file of a run: empty, so nothing of the caller's configuration applies.
-_INI = "[pytest]\n"
+# the subprocess runner (and the property list) live in rbcheck.runner; their
+# names stay importable from here
+from rbcheck.runner import (  # noqa: F401 - re-exported
+    SUITE,
+    clean_env,
+    isolation_args,
+    node_path,
+    properties,
+    pytest_output,
+    run_subprocess,
+)
 
 
 class ConformanceError(AssertionError):
@@ -43,101 +44,6 @@ class RunAbortedError(ConformanceError):
     internal error, an interrupt, a test not run, a crash), so it has no
     verdict; the message names the cause (``rbcheck.harness.verdict``). A
     :class:`ConformanceError`, so one ``except`` catches both."""
-
-
-def properties() -> list[str]:
-    """Every property id of the suite, in file order (no import needed)."""
-    ids = []
-    for path in sorted(SUITE.glob("test_*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        ids += [f"{path.stem}::{node.name}" for node in tree.body
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")]
-    return ids
-
-
-def node_path(property_id: str) -> str:
-    """A property id as a pytest path into the installed suite; an id that
-    names no property raises ``ValueError`` naming the allowed form."""
-    known = properties()
-    if property_id not in known:
-        stem = property_id.split("::", 1)[0]
-        close = [p for p in known if p.startswith(stem + "::")] or known[:3]
-        raise ValueError(
-            f"property={property_id!r}, but should be a property id <file>::<test> such as "
-            f"{', '.join(repr(p) for p in close[:4])} (`rbcheck list` prints them all)"
-        )
-    stem, _, name = property_id.partition("::")
-    return f"{SUITE / (stem + '.py')}::{name}"
-
-
-def isolation_args(workdir: Path) -> list[str]:
-    """pytest options that make a run independent of the caller's directory:
-    an empty ini file of its own, the suite's parent as rootdir, no conftest
-    from outside the suite, no cache, and rbcheck's plugin on."""
-    ini = workdir / "pytest.ini"
-    ini.write_text(_INI)
-    return ["-c", str(ini), f"--rootdir={SUITE.parent}", f"--confcutdir={SUITE}",
-            "-p", "no:cacheprovider", "-p", "rbcheck"]
-
-
-def clean_env(pythonpath: Iterable[str] = ()) -> dict[str, str]:
-    """The environment for a suite subprocess: the caller's, without options
-    meant for its own pytest runs, with ``pythonpath`` first on the path."""
-    env = dict(os.environ)
-    for name in ("RBCHECK_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
-        env.pop(name, None)
-    parts = [*pythonpath, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-    if parts:
-        env["PYTHONPATH"] = os.pathsep.join(parts)
-    return env
-
-
-def run_subprocess(name: str, *, profile: str, workdir: Path, only: Iterable[str] = (),
-                   known_failures: Path | None = None, extra: Iterable[str] = (),
-                   pythonpath: Iterable[str] = (), progress: bool = True):
-    """Run the suite against ``name`` in a pytest subprocess; the
-    :class:`rbcheck.harness.report.ImplResult` of the run. Progress lines
-    (``--rbcheck-progress``) go to this process's stderr as they come."""
-    from rbcheck.harness.report import ImplResult
-
-    safe = "".join(c if c.isalnum() else "_" for c in name)
-    results = workdir / f"results-{safe}.json"
-    paths = [node_path(p) for p in only] or [str(SUITE)]
-    command = [sys.executable, "-m", "pytest", *paths, "-q", *isolation_args(workdir),
-               f"--impl={name}", f"--rbcheck-profile={profile}", f"--rbcheck-results={results}"]
-    if known_failures is not None:
-        command.append(f"--rbcheck-known-failures={known_failures}")
-    if progress:
-        command.append("--rbcheck-progress")
-    command += list(extra)
-    with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(command, cwd=workdir, env=clean_env(pythonpath), stdout=out,
-                                stderr=subprocess.PIPE, text=True)
-        errors = []
-        for line in proc.stderr:
-            if line.startswith("[rbcheck] "):
-                sys.stderr.write(line)
-                sys.stderr.flush()
-            else:
-                errors.append(line)
-        proc.wait()
-        out.seek(0)
-        output = out.read()
-    kept = pytest_output("".join(errors), output)
-    if not results.exists():
-        tail = " ".join((output + "".join(errors)).strip().splitlines()[-3:])
-        return ImplResult(name=name, status="crashed", why=f"pytest exit {proc.returncode}: {tail}",
-                          exitstatus=proc.returncode, output=kept)
-    result = ImplResult.from_results(name, json.loads(results.read_text()))
-    result.output = kept
-    return result
-
-
-def pytest_output(stderr: str, stdout: str, lines: int = 40) -> str:
-    """What pytest said, for a run that did not complete: all of its stderr
-    (a usage error is there) and the last ``lines`` lines of its stdout."""
-    tail = stdout.strip().splitlines()[-lines:]
-    return "\n".join([*stderr.strip().splitlines(), *tail]).strip()
 
 
 # --------------------------------------------------------------------------
@@ -255,8 +161,8 @@ def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: list | N
 
     import pytest
 
+    from rbcheck.harness.outcomes import ImplResult
     from rbcheck.harness.plugin.context import InProcessRun
-    from rbcheck.harness.report import ImplResult
 
     adapter = _adapter(adapter)
     run = InProcessRun(adapter, _selected(expected, only), f"rbcheck.check_buffer:{adapter.name}")

@@ -2,7 +2,9 @@
 
     rbcheck validate IMPL [IMPL ...] [--profile ci] [--out DIR]
                      [--only PROPERTY ...] [--known-failures FILE]
-    rbcheck validate --all [--third-party-informational] ...
+    rbcheck validate --all [--third-party-informational] [--jobs N] ...
+    rbcheck validate NAME ... --parts DIR     (then: rbcheck report --merge DIR)
+    rbcheck report --merge DIR [--impl NAME ...] [--out DIR] ...
     rbcheck list
 
 ``IMPL`` is a built-in name (``rbcheck list`` prints them) or
@@ -11,6 +13,11 @@ the conformance suite in its own pytest subprocess, isolated from the
 working directory's pytest configuration; one line per property is printed
 as it finishes, then the report (property x implementation). ``--out DIR``
 also writes ``DIR/conformance.md`` and ``DIR/conformance.json``.
+``--jobs N`` runs N implementations at once, each in its own pytest worker
+process. ``--parts DIR`` writes each implementation's result to DIR (one
+JSON file each) for ``rbcheck report --merge DIR``, which builds one report
+from runs made in several environments (``nox -s validate``: libraries that
+do not install together).
 
 Exit status 0 when every implementation ran everything selected and
 passed it, apart from skips with a reason and declared known failures; 1
@@ -21,7 +28,8 @@ load, or the arguments are bad; the cause is printed, with pytest's own
 output. ``--third-party-informational`` (``nox -s validate``) reports the
 built-in third-party adapters' (``torchrl``, ...) failures, XPASSes and
 failures to load without letting them set the exit status; a run of theirs
-that did not complete still exits 2.
+that did not complete still exits 2, and so does one whose adapter did not
+load under ``--must-load``.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 
@@ -57,8 +66,33 @@ def _parser() -> argparse.ArgumentParser:
                           "(a run of theirs that did not complete still does)")
     validate.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                           help="extra argument for every pytest run (repeatable)")
+    validate.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
+                          help="run N implementations at once, each in its own pytest worker process "
+                          "(default 1; 'auto': one per CPU core)")
+    validate.add_argument("--parts", metavar="DIR", default=None,
+                          help="also write each implementation's result to DIR, for `rbcheck report --merge DIR`")
+    validate.add_argument("--exclude", action="append", default=[], metavar="NAME",
+                          help="leave this built-in out of --all (repeatable; it runs in another environment)")
+    validate.add_argument("--must-load", action="store_true",
+                          help="an adapter that does not load sets the exit status (2) even with "
+                          "--third-party-informational: every library was meant to be installed")
+    commands.add_parser("report", add_help=False,
+                        help="the report from results files or parts (python -m rbcheck.harness.report; "
+                        "`rbcheck report --help`)")
     commands.add_parser("list", help="print the built-in implementations and the property ids")
     return parser
+
+
+def _jobs(text: str) -> int:
+    if text == "auto":
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"--jobs={text!r}, but should be an integer >= 1 or 'auto'")
+    return jobs
 
 
 def _list() -> int:
@@ -76,10 +110,14 @@ def _list() -> int:
 
 def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from rbcheck.checks import node_path
-    from rbcheck.harness.adapters import builtin_names
-    from rbcheck.harness.report import THIRD_PARTY, conclude, run_one
+    from rbcheck.harness.adapters import BUILTIN, builtin_names
+    from rbcheck.harness.report import THIRD_PARTY, conclude, run_many, write_part
 
-    names = list(dict.fromkeys((builtin_names() if args.all else []) + args.impl))
+    for name in args.exclude:
+        if name not in BUILTIN:
+            parser.error(f"--exclude={name!r}, but should be a built-in name ({', '.join(BUILTIN)})")
+    names = list(dict.fromkeys([n for n in (builtin_names() if args.all else []) if n not in args.exclude]
+                               + args.impl))
     if not names:
         parser.error("no IMPL given, but should be a built-in name, pkg.module:factory, or --all")
     for prop in args.only:
@@ -95,16 +133,29 @@ def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          f"but should be a text file of property ids")
     informational = {n for n in names if args.third_party_informational and n in THIRD_PARTY}
 
-    results = []
-    with tempfile.TemporaryDirectory(prefix="rbcheck-") as tmp:
-        for name in names:
-            print(f"[rbcheck] {name}: running the conformance suite ...", file=sys.stderr, flush=True)
-            result = run_one(name, args.profile, args.pytest_arg, Path(tmp), only=args.only,
-                             known_failures=known, progress=True)
+    parts = Path(args.parts) if args.parts else None
+    if parts is not None and parts.exists() and not parts.is_dir():
+        parser.error(f"--parts={args.parts!r} is a file, but should be a directory")
+    lock = threading.Lock()
+
+    def done(result) -> None:
+        with lock:
             if result.status == "unavailable":
-                print(f"[rbcheck] {name}: the adapter did not load ({result.why})", file=sys.stderr, flush=True)
-            results.append(result)
-    return conclude(results, informational=informational, out=Path(args.out) if args.out else None)
+                print(f"[rbcheck] {result.name}: the adapter did not load ({result.why})", file=sys.stderr, flush=True)
+            elif result.seconds is not None:
+                print(f"[rbcheck] {result.name}: done in {result.seconds:.1f} s", file=sys.stderr, flush=True)
+            if parts is not None:
+                write_part(result, parts)
+
+    def start(name: str) -> None:
+        with lock:
+            print(f"[rbcheck] {name}: running the conformance suite ...", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="rbcheck-") as tmp:
+        results = run_many(names, args.profile, args.pytest_arg, Path(tmp), jobs=args.jobs, only=args.only,
+                           known_failures=known, progress=True, start=start, done=done)
+    return conclude(results, informational=informational, out=Path(args.out) if args.out else None,
+                    must_load=set(names) if args.must_load else set())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     # script does not put it on sys.path by itself)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["report"]:  # the report's own options (python -m rbcheck.harness.report)
+        from rbcheck.harness.report import main as report_main
+
+        return report_main(argv[1:], prog="rbcheck report")
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "list":

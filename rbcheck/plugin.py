@@ -3,9 +3,12 @@
 Installing rbcheck registers this module with pytest (the ``pytest11`` entry
 point), so it is loaded into every pytest session of the environment. It only
 adds rbcheck's command-line options; it imports neither torch nor hypothesis
-and prints nothing. The real plugin (``rbcheck.harness.pytest_plugin``: the
-header, the Hypothesis profiles, the fixtures, the ``requires`` marker, known
-failures, the results file) is registered only when a session asks for it:
+and prints nothing. The real plugin is registered only when a session asks
+for it: ``rbcheck.harness.pytest_plugin`` holds its hooks and fixtures (the
+header, the ``requires`` and ``conventions`` markers), and the package
+``rbcheck.harness.plugin`` what they do (the run context, the Hypothesis
+profiles, known failures, skips by capability, the results file). It is on
+with:
 
 * ``-p rbcheck`` (on the command line or in the project's ``addopts``), or
 * ``--impl NAME``, or the environment variable ``RBCHECK_IMPL``.

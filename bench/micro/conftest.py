@@ -265,7 +265,7 @@ class Bench:
             required.add("generation")
         missing = sorted(required - set(info))
         if missing:
-            wl.fail("info keys missing", missing, f"present (reference has {sorted(ref_info)})", where)
+            wl.fail("info keys missing", missing, f"present (reference has {sorted(ref_info)})", call=where)
         index = wl.check_index(info["index"], b, len(buf), where)
         wl.check_rows_match(rows, self.contents(entry), index, where)
         sampler = self.op.sampler
@@ -279,7 +279,7 @@ class Bench:
             expected = (leaves[index] / leaves.min()) ** -wl.BETA
             wl.check_weights(info["weight"], expected, where)
             if info["weight"].dtype != ref_info["weight"].dtype:
-                wl.fail("info['weight'].dtype", info["weight"].dtype, ref_info["weight"].dtype, where)
+                wl.fail("info['weight'].dtype", info["weight"].dtype, ref_info["weight"].dtype, call=where)
             want = model["sampler"].indices_from_uniforms(u) if shared else None
         elif sampler == "random":
             want = wl.reference_uniform_indices(u, len(buf)) if shared else None
@@ -290,4 +290,4 @@ class Bench:
             got = buf.indices_from_uniforms(u.to(self.device)).to("cpu")
             if not torch.equal(got, want):
                 bad = (got != want).nonzero()[:3].flatten().tolist()
-                wl.fail(f"indices_from_uniforms(u) at {bad}", got[bad].tolist(), want[bad].tolist(), where)
+                wl.fail(f"indices_from_uniforms(u) at {bad}", got[bad].tolist(), want[bad].tolist(), call=where)

@@ -25,13 +25,13 @@ def test_extend(bench):
     data = wl.make_rows(n, bench.width, start=bench.capacity, device=bench.device)
     cursor, count = buf.cursor, buf.write_count
     if cursor != count % bench.capacity:  # the reference writer's ring
-        wl.fail("cursor", cursor, f"write_count % capacity = {count % bench.capacity}", bench.where)
+        wl.fail("cursor", cursor, f"write_count % capacity = {count % bench.capacity}", call=bench.where)
     index = bench.call_checked(lambda: buf.extend(data))
     expected = (cursor + torch.arange(n)) % bench.capacity
     if not torch.equal(torch.as_tensor(index).to("cpu"), expected):
-        wl.fail("extend() slots", torch.as_tensor(index)[:5].tolist(), f"{expected[:5].tolist()}... (ring from the cursor)", bench.where)
+        wl.fail("extend() slots", torch.as_tensor(index)[:5].tolist(), f"{expected[:5].tolist()}... (ring from the cursor)", call=bench.where)
     if buf.write_count != count + n or len(buf) != bench.capacity:
-        wl.fail("(write_count, len)", (buf.write_count, len(buf)), (count + n, bench.capacity), bench.where)
+        wl.fail("(write_count, len)", (buf.write_count, len(buf)), (count + n, bench.capacity), call=bench.where)
     wl.check_rows_match(data.to("cpu"), buf.contents().to("cpu"), expected, bench.where)
     bench.time(lambda: buf.extend(data))
 
@@ -42,11 +42,11 @@ def test_add(bench):
     cursor = buf.cursor
     slot = bench.call_checked(lambda: buf.add(row))
     if int(slot) != cursor:
-        wl.fail("add() slot", int(slot), cursor, bench.where)
+        wl.fail("add() slot", int(slot), cursor, call=bench.where)
     stored = buf.contents()[int(slot)]
     for key, value in row.items(True, True):
         if not torch.equal(stored.get(key).to("cpu"), value.to("cpu")):
-            wl.fail(f"stored row[{key!r}]", "different", "the added row", bench.where)
+            wl.fail(f"stored row[{key!r}]", "different", "the added row", call=bench.where)
     bench.time(lambda: buf.add(row))
 
 

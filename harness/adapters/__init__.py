@@ -41,6 +41,34 @@ BUILTIN: dict[str, Builtin] = {
     "tianshou": Builtin("rbcheck.harness.adapters.tianshou:tianshou_adapter", False),
     "tianshou-per": Builtin("rbcheck.harness.adapters.tianshou:tianshou_per_adapter", False),
     "sb3": Builtin("rbcheck.harness.adapters.sb3:sb3_adapter", False),
+    # stable-baselines3's transitions and n-step buffers (invariant 10; group sb3)
+    "sb3-transitions": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_transitions_adapter", False),
+    "sb3-transitions-no-timeouts": Builtin(
+        "rbcheck.harness.adapters.sb3_transitions:sb3_transitions_no_timeouts_adapter", False),
+    "sb3-transitions-memopt": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_transitions_memopt_adapter",
+                                      False),
+    "sb3-nstep": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_nstep_adapter", False),
+    "sb3-nstep-no-timeouts": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_nstep_no_timeouts_adapter",
+                                     False),
+    # cpprb's next_of (invariant 10; group cpprb)
+    "cpprb-next-of": Builtin("rbcheck.harness.adapters.cpprb_transitions:cpprb_next_of_adapter", False),
+    # tianshou's obs_next, stored or derived (invariant 10; group tianshou)
+    "tianshou-obs-next": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_obs_next_adapter", False),
+    "tianshou-ignore-obs-next": Builtin(
+        "rbcheck.harness.adapters.tianshou_transitions:tianshou_ignore_obs_next_adapter", False),
+    # TorchRL's ("next", ...) keys and MultiStep (invariant 10; group torchrl)
+    "torchrl-next": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_next_adapter", False),
+    "torchrl-multistep": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_multistep_adapter", False),
+    "flashbax": Builtin("rbcheck.harness.adapters.flashbax:flashbax_adapter", False),
+    "flashbax-item": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_adapter", False),
+    "flashbax-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_per_adapter", False),
+    "flashbax-item-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_per_adapter", False),
+    "skrl": Builtin("rbcheck.harness.adapters.skrl:skrl_adapter", False),
+    # RLlib's old-stack buffers (the 'rllib' dependency group; ray[rllib])
+    "rllib": Builtin("rbcheck.harness.adapters.rllib:rllib_adapter", False),
+    "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
+    # d3rlpy's ReplayBuffer(FIFOBuffer) (the 'd3rlpy' group, its own validate environment)
+    "d3rlpy": Builtin("rbcheck.harness.adapters.d3rlpy:d3rlpy_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

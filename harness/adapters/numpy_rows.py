@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -46,7 +47,10 @@ def layout_from_rows(data: TensorDictBase, batched: bool = True) -> RowLayout:
 
 
 def to_numpy(value: Any) -> np.ndarray:
-    """A tensor (or array) as a NumPy array on the CPU, a copy. A tensor on the
+    """A tensor (or array) as a NumPy array on the CPU, WITHOUT a copy where
+    NumPy can view the tensor's memory (a CPU tensor): the library receives
+    the caller's own memory, so whether it keeps a reference is the
+    library's doing and the ownership properties see it. A tensor on the
     ``meta`` device has no data to hand a NumPy-based library: the calling
     test is skipped as not applicable (it is not a refusal by the library)."""
     if isinstance(value, torch.Tensor):
@@ -55,13 +59,14 @@ def to_numpy(value: Any) -> np.ndarray:
 
             pytest.skip("not applicable: the library takes NumPy arrays, and a tensor on the meta "
                         "device has no data to convert")
-        return value.detach().cpu().numpy().copy()
-    return np.array(value, copy=True)
+        return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+    return np.asarray(value)
 
 
 def leaves(data: TensorDictBase | Mapping[Any, Any]) -> dict[tuple[str, ...], np.ndarray]:
     """Every leaf of ``data`` (a TensorDict, or a plain mapping of arrays) as
-    a NumPy array (a copy on the CPU), by tuple key."""
+    a NumPy array on the CPU (a view of the caller's memory where possible:
+    :func:`to_numpy`), by tuple key."""
     if not isinstance(data, TensorDictBase):
         return {as_key(k): to_numpy(v) for k, v in data.items()}
     return {as_key(k): to_numpy(v) for k, v in data.items(include_nested=True, leaves_only=True)}
@@ -75,13 +80,27 @@ def row_count(data: TensorDictBase | Mapping[Any, Any]) -> int:
     return len(first) if first is not None and np.ndim(first) else 1
 
 
+def as_torch(array: Any) -> torch.Tensor:
+    """``array`` as a tensor sharing its memory (no copy): what a library
+    returns is handed through as it is, so a returned array that aliases the
+    library's storage is seen by the ownership properties. Only memory torch
+    cannot view (negative strides) is copied."""
+    array = np.asarray(array)
+    if any(stride < 0 for stride in array.strides):
+        array = np.ascontiguousarray(array)
+    with warnings.catch_warnings():  # a read-only array: torch warns that writes would be undefined
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(array)
+
+
 def rows_from_arrays(layout: RowLayout, arrays: Mapping[tuple[str, ...], Any], n: int) -> TensorDict:
     """``n`` rows from per-key arrays of shape ``[n, *row_shape]`` (any array
-    the layout's shape can be reshaped from; dtype as stored)."""
+    the layout's shape can be reshaped from; dtype as stored), sharing the
+    arrays' memory wherever a view can (:func:`as_torch`; no copy in, no copy
+    out, so a library's own aliasing is not hidden)."""
     td = TensorDict({}, batch_size=[n])
     for key, shape, _dtype in layout:
-        value = torch.as_tensor(np.array(arrays[key], copy=True, order="C")).reshape(n, *shape)
-        td.set(key if len(key) > 1 else key[0], value.clone())
+        td.set(key if len(key) > 1 else key[0], as_torch(arrays[key]).reshape(n, *shape))
     return td
 
 
@@ -113,7 +132,7 @@ def unpack_rows(layout: RowLayout, raw: np.ndarray) -> TensorDict:
     for key, shape, dtype in layout:
         width = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
         np_dtype = torch.empty((), dtype=dtype).numpy().dtype
-        arrays[key] = raw[:, offset : offset + width].copy().view(np_dtype)
+        arrays[key] = raw[:, offset : offset + width].view(np_dtype)  # a view of the library's array
         offset += width
     return rows_from_arrays(layout, arrays, n)
 
@@ -162,6 +181,7 @@ __all__ = [
     "GlobalNumpyStream",
     "RowLayout",
     "as_key",
+    "as_torch",
     "check_batch_size",
     "layout_from_rows",
     "layout_from_spec",

@@ -74,7 +74,15 @@ class ShapedBuffer:
         return len(self.buffer)
 
     def sample(self, batch_size: int | None = None):
-        return self.buffer.sample(batch_size)
+        rows, info = self.buffer.sample(batch_size)
+        if self.spec.nstep is not None:  # capability "nstep": the spec's windows (reference/transitions.py)
+            from rbcheck.reference.transitions import nstep_keys
+
+            keys = nstep_keys(self.contents(), self.cursor, self.spec.capacity, info["index"].cpu(),
+                              self.spec.nstep, self.spec.gamma)
+            rows = rows.clone()
+            rows.update(keys.to(rows.device))
+        return rows, info
 
     def contents(self) -> TensorDictBase:
         storage = _attr(self.buffer, "storage")

@@ -22,7 +22,13 @@ SB3's buffer stores transitions of a gymnasium environment in fixed arrays
 * ``len``: ``size()`` (:77); ``cursor``: ``pos`` (:57, public attribute).
   SB3 keeps no count of rows written over its life: ``write_count`` is
   counted by the adapter.
-* ``contents()``: ``observations[:size(), 0]`` decoded (slot order).
+* ``contents()``: ``observations[:size(), 0]`` copied and decoded (slot order).
+* ownership: the rows are packed into one new array before SB3 sees them,
+  so an edit of the caller's tensors cannot reach SB3 whatever it does; the
+  adapter checks at SB3's boundary instead (``library_aliasing``, read by
+  test_ownership): neither the packed arrays handed to ``extend`` nor the
+  ``observations`` a sample returns may share memory with SB3's storage.
+  Returned arrays are handed through without a copy.
 * ``sample(batch_size)``: SB3's ``ReplayBuffer.sample`` (:285, :298 ->
   ``BaseBuffer.sample`` :106) returns ``ReplayBufferSamples`` without the
   indices. The adapter repeats its draw, ``batch_inds =
@@ -74,6 +80,7 @@ class SB3Buffer(OwnRandomness):
         self.rb: Any = None
         self.layout: RowLayout | None = None
         self.written = 0
+        self.aliasing: list[str] = []
         self.stream = GlobalNumpyStream(spec.seed)
         layout = layout_from_spec(getattr(spec, "layout", None))
         if layout is not None:
@@ -117,6 +124,7 @@ class SB3Buffer(OwnRandomness):
         start = int(self.rb.pos)
         zeros = np.zeros((n, 1), np.float32)
         self.rb.extend(raw, raw, zeros, zeros[:, 0], zeros[:, 0], [[{}] for _ in range(n)])
+        self._check_boundary("extend", {"obs": raw, "next_obs": raw})
         self.written += n
         return (start + torch.arange(n, dtype=torch.int64)) % self.rb.buffer_size
 
@@ -140,10 +148,28 @@ class SB3Buffer(OwnRandomness):
             batch_inds = np.random.randint(0, upper_bound, size=batch_size)  # buffers.py:114
             samples = rb._get_samples(batch_inds)  # buffers.py:307
         index = torch.as_tensor(np.asarray(batch_inds, dtype=np.int64))
-        return self._rows(samples.observations.cpu().numpy()), {"index": index}
+        returned = samples.observations.cpu().numpy()
+        self._check_boundary("sample", {"observations": returned})
+        return self._rows(returned), {"index": index}
 
     def contents(self) -> TensorDictBase:
-        return self._rows(self.rb.observations[: self.rb.size(), 0])
+        # SB3 has no way to read its rows: the adapter reads its arrays, so it copies them
+        return self._rows(self.rb.observations[: self.rb.size(), 0].copy())
+
+    # ownership, checked where SB3 is called (the caller's rows never reach it: they are packed first)
+    def _check_boundary(self, call: str, arrays: dict) -> None:
+        storage = {name: getattr(self.rb, name) for name in ("observations", "next_observations")}
+        for arg, array in arrays.items():
+            for name, held in storage.items():
+                if np.shares_memory(array, held):
+                    self.aliasing.append(f"{call}: {arg} shares memory with ReplayBuffer.{name}")
+
+    def library_aliasing(self) -> list[str]:
+        """What SB3 was handed or returned that shares memory with its
+        storage, since the last call (then cleared): the hook the ownership
+        properties read, since the caller's own tensors never reach SB3."""
+        found, self.aliasing = self.aliasing, []
+        return found
 
     @property
     def cursor(self) -> int:

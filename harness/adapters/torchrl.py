@@ -14,10 +14,13 @@ Mapping (read from TorchRL's source, nothing emulated):
   weights are also given as ``"weight"`` and a tuple index is unpacked into a
   tensor.
 * TorchRL's tensordict writer writes an ``"index"`` column into the stored
-  rows (and into the caller's TensorDict). The adapter hands TorchRL a shallow
-  copy of the caller's data and leaves that bookkeeping column out of
-  ``contents()`` and of samples, unless the caller writes an ``"index"`` key
-  of its own (then nothing is hidden: TorchRL overwrites it).
+  rows and into the caller's TensorDict (``TensorDictReplayBuffer.extend`` /
+  ``add`` -> ``_set_index_in_td``). The adapter hands TorchRL the caller's
+  own TensorDict (no copy: what TorchRL does to it is seen by
+  test_ownership, and judged in docs/findings.md) and leaves the
+  bookkeeping column out of ``contents()`` and of samples, unless the caller
+  writes an ``"index"`` key of its own (then nothing is hidden: TorchRL
+  overwrites it).
 * ``update_priority(index, priority)`` maps to TorchRL's; TorchRL takes no
   write generation, so a call with ``generation`` raises NotImplementedError
   and "stale_updates" is not declared. There is no way to feed TorchRL given
@@ -86,6 +89,7 @@ import importlib.util
 import math
 import re
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -200,13 +204,23 @@ class TorchRLBuffer:
         # Hide TorchRL's "index" column unless the caller writes one itself
         # (a buffer filled by ``load`` keeps hiding it).
         self._hide_index = True
+        # ids of the caller's TensorDicts TorchRL wrote "index" into (not the caller's own key)
+        self._tagged: dict[int, Any] = {}
 
     def __repr__(self) -> str:
         return f"TorchRLBuffer({self.rb.__class__.__name__}, {self.spec})"
 
     def _note_keys(self, data: TensorDictBase) -> None:
-        if BOOKKEEPING_KEY in data.keys():
+        tagged = self._tagged.get(id(data))
+        if BOOKKEEPING_KEY in data.keys() and (tagged is None or tagged() is not data):
             self._hide_index = False
+
+    def _note_tagged(self, data: TensorDictBase, had_index: bool) -> None:
+        """Remember a TensorDict TorchRL wrote "index" into, so a later write
+        of the same object does not take that column for the caller's own."""
+        if not had_index and BOOKKEEPING_KEY in data.keys():
+            self._tagged = {k: ref for k, ref in self._tagged.items() if ref() is not None}
+            self._tagged[id(data)] = weakref.ref(data)
 
     def _visible(self, data: TensorDictBase) -> TensorDictBase:
         if self._hide_index and BOOKKEEPING_KEY in data.keys():
@@ -216,12 +230,17 @@ class TorchRLBuffer:
     # writing
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         self._note_keys(data)
-        index = self.rb.extend(data.copy())
+        had = BOOKKEEPING_KEY in data.keys()
+        index = self.rb.extend(data)  # the caller's own TensorDict: TorchRL writes "index" into it
+        self._note_tagged(data, had)
         return torch.as_tensor(index, dtype=torch.long)
 
     def add(self, row: TensorDictBase) -> int:
         self._note_keys(row)
-        return int(self.rb.add(row.copy()))
+        had = BOOKKEEPING_KEY in row.keys()
+        slot = int(self.rb.add(row))
+        self._note_tagged(row, had)
+        return slot
 
     # reading
     def __len__(self) -> int:

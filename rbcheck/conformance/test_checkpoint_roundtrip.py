@@ -41,7 +41,8 @@ def _draw_filled_buffer(impl, data):
     layout = data.draw(layouts(), label="layout")
     spec = spec.but(layout=layout.spec_layout())
     ops = data.draw(
-        operations(spec.capacity, prioritized=spec.sampler == "prioritized"), label="operations"
+        operations(spec.capacity, prioritized=spec.sampler == "prioritized", conventions=impl.conventions),
+        label="operations",
     )
     trace = Trace(impl, spec)
     trace.let("layout", layout)

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from rbcheck.conformance.test_checkpoint_faults import (
+from rbcheck.harness.assertions import Trace, fail
+from rbcheck.harness.checkpoint_state import (
     difference,
     snapshot,
     source,
     spec_for,
     target,
 )
-from rbcheck.harness.assertions import Trace, fail
 
 pytestmark = pytest.mark.requires("save_load")
 
@@ -108,7 +108,7 @@ def test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical
     path = tmp_path / "runs" / "exp1"
     user = users_run_directory(path)
     for line in ("import tempfile", "from pathlib import Path",
-                 "from rbcheck.conformance.test_checkpoint_faults import source, target",
+                 "from rbcheck.harness.checkpoint_state import source, target",
                  "from rbcheck.conformance.test_checkpoint_user_files import changed, user_entries, "
                  "users_run_directory"):
         trace.need(line)

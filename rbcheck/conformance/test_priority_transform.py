@@ -134,14 +134,14 @@ def test_writer_default_priority_is_transformed_once(impl, data):
         oracle.write(1)
         next_id += 1
         check_priorities(impl, buf, oracle, trace, f"after add {step}")
-        raw = data.draw(priorities(), label=f"raise or lower slot {slot} {step}")
+        raw = data.draw(priorities(conventions=conv), label=f"raise or lower slot {slot} {step}")
         trace.op(f"buf.update_priority(torch.tensor([{slot}]), {_pri(conv, [raw])})")
         buf.update_priority(torch.tensor([slot]), conv.priorities([raw]))
         oracle.update([slot], [raw])
 
 
 @st.composite
-def _steps(draw, capacity: int):
+def _steps(draw, capacity: int, conventions=None):
     """Updates (slots in any order, repeats allowed, raw priorities raised or
     lowered) interleaved with writes that evict."""
     out = []
@@ -150,7 +150,7 @@ def _steps(draw, capacity: int):
         if kind == "update":
             index = draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=6),
                          label=f"slots {step}")
-            raw = draw(st.lists(priorities(), min_size=len(index), max_size=len(index)),
+            raw = draw(st.lists(priorities(conventions=conventions), min_size=len(index), max_size=len(index)),
                        label=f"raw priorities {step}")
             out.append(("update", index, raw))
         elif kind == "extend":
@@ -172,7 +172,7 @@ def test_updated_priority_is_transformed_once(impl, data):
     conv = impl.conventions
     trace, buf, oracle = start_prioritized(impl, spec, layout, fill=spec.capacity)
     next_id = spec.capacity
-    for step, op in enumerate(data.draw(_steps(spec.capacity), label="operations")):
+    for step, op in enumerate(data.draw(_steps(spec.capacity, conv), label="operations")):
         if op[0] == "update":
             _, index, raw = op
             trace.op(f"buf.update_priority(torch.tensor({index}), {_pri(conv, raw)})")
@@ -204,13 +204,14 @@ def test_priority_key_in_data_is_transformed_once(impl, data):
     next_id = 0
     for step in range(data.draw(st.integers(1, 3), label="rounds")):
         n = data.draw(st.integers(1, spec.capacity), label=f"extend size {step}")
-        raw = data.draw(st.lists(priorities(), min_size=n, max_size=n), label=f"raw priorities {step}")
+        raw = data.draw(st.lists(priorities(conventions=conv), min_size=n, max_size=n),
+                        label=f"raw priorities {step}")
         trace.op(f"buf.extend(layout.batch({next_id}, {n}, priority={_pri(conv, raw)}))")
         buf.extend(layout.batch(next_id, n, priority=conv.priorities(raw)))
         oracle.write(n, raw)
         next_id += n
         check_priorities(impl, buf, oracle, trace, f"after extend {step}")
-        p = data.draw(priorities(), label=f"added row priority {step}")
+        p = data.draw(priorities(conventions=conv), label=f"added row priority {step}")
         trace.op(f"buf.add(layout.row({next_id}, priority={_pri(conv, [p])}[0]))")
         buf.add(layout.row(next_id, priority=conv.priorities([p])[0]))
         oracle.write(1, [p])

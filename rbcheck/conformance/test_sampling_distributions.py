@@ -39,7 +39,7 @@ from rbcheck.harness.assertions import (
     fail,
     priority_tolerance,
 )
-from rbcheck.harness.oracle import PriorityOracle, start_prioritized
+from rbcheck.harness.oracle import PriorityOracle, model_spec, start_prioritized
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.stateful import declared_samplers, replay
 from rbcheck.harness.strategies import (
@@ -161,6 +161,9 @@ def _prioritized_buffer(impl, capacity, alpha, eps, raw, seed, beta=0.4):
         pytest.skip(why)
     trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=capacity)
     if raw is not None:
+        # a buffer that refuses 0 (conventions.positive_priorities) gets 1e-3
+        # there: the closed form still holds; the refusal is a bad-input case
+        raw = [r if conv.admits(r) else 1e-3 for r in raw]
         pri = conv.priorities(raw)
         trace.op(f"buf.update_priority(torch.arange({capacity}), torch.tensor({raw}, dtype={pri.dtype}))")
         buf.update_priority(torch.arange(capacity), pri)
@@ -319,7 +322,8 @@ def test_weights_are_normalised_as_declared(impl, beta):
     so a batch-wise normaliser fails --; under a declared "batch_max", the
     batch's largest weight; under "none", nothing."""
     capacity = 64
-    raw = [0.0] + [1.0 + (i * 7 % 10) for i in range(1, capacity)]
+    rare = 0.0 if impl.conventions.admits(0.0) else 1e-3  # a buffer refusing 0: as rare as 0 + eps
+    raw = [rare] + [1.0 + (i * 7 % 10) for i in range(1, capacity)]
     buf, trace, oracle = _prioritized_buffer(impl, capacity, 1.0, 1e-3, raw, 5, beta=beta)
     for _ in range(5):
         trace.op("rows, info = buf.sample(8)")
@@ -343,14 +347,15 @@ def test_same_uniforms_give_same_indices_as_reference(impl, reference_impl, data
     layout = data.draw(layouts(max_fields=2), label="layout")
     spec = spec.but(layout=layout.spec_layout())
     ops = data.draw(
-        operations(spec.capacity, prioritized=spec.sampler == "prioritized"), label="operations"
+        operations(spec.capacity, prioritized=spec.sampler == "prioritized", conventions=impl.conventions),
+        label="operations",
     )
     u = data.draw(
         st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=16), label="uniforms"
     )
     trace = Trace(impl, spec)
     trace.let("layout", layout)
-    buf, ref = impl.make(spec), reference_impl.make(spec)
+    buf, ref = impl.make(spec), reference_impl.make(model_spec(spec, impl.conventions))
     conv = impl.conventions
     oracle = PriorityOracle(spec, conv) if spec.sampler == "prioritized" else None
     replay(buf, layout, ops, trace, conventions=conv, oracle=oracle)
@@ -359,7 +364,7 @@ def test_same_uniforms_give_same_indices_as_reference(impl, reference_impl, data
     if spec.sampler == "prioritized":
         # the two sampled different slots; give both the same priorities
         n = len(ref)
-        raw = data.draw(st.lists(priorities(), min_size=n, max_size=n), label="priorities")
+        raw = data.draw(st.lists(priorities(conventions=conv), min_size=n, max_size=n), label="priorities")
         if max(raw) == 0.0:
             raw[0] = 1.0
         pri = conv.priorities(raw)
@@ -391,7 +396,7 @@ def stale_setups(draw, conventions):
     )
     k = draw(st.integers(1, 8), label="batch size")
     overwrite = draw(st.integers(1, capacity), label="rows written after sampling")
-    raw = draw(st.lists(priorities(), min_size=k, max_size=k), label="raw priorities")
+    raw = draw(st.lists(priorities(conventions=conventions), min_size=k, max_size=k), label="raw priorities")
     return spec, k, overwrite, raw
 
 

@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from rbcheck.conformance.test_bad_input import CATALOGUE, fill
 from rbcheck.harness.adapters import load_adapter
+from rbcheck.harness.bad_input import CATALOGUE, fill
 
 from ..unit.test_buffer import same
 from .test_variant_checkpoints import cpu
@@ -37,12 +37,12 @@ def test_refused_call_changes_nothing_at_all(own, case):
         pytest.skip(f"{own.name}: {missing[0]} not declared or unavailable")
     buf = own.make(case.spec)
     if not case.empty:
-        fill(buf, case.spec)
+        fill(buf, case.spec, own.conventions)
     if case.setup is not None:
-        case.setup(buf)
+        case.setup(buf, own.conventions)
     before = cpu(buf.buffer.state_dict())
     with pytest.raises((ValueError, TypeError, IndexError)) as info:
-        case.call(buf)
+        case.call(buf, own.conventions)
     assert re.search(re.escape(case.arg) + r"[^=]{0,40}=.*, but should be ", str(info.value), re.S), \
         f"message {str(info.value)!r} does not name {case.arg!r} as '<arg>=<got>, but should be <allowed>'"
     assert same(cpu(buf.buffer.state_dict()), before), f"{case.id}: state changed by a refused call"

@@ -24,7 +24,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck.conformance.test_checkpoint_faults import FS_EVENTS, interrupted_save
+from rbcheck.harness.checkpoint_damage import FS_EVENTS, interrupted_save
 from rbcheck.reference import PrioritizedSampler, ReplayBuffer, checkpoint
 
 from ..unit.test_buffer import same

@@ -161,7 +161,7 @@ def test_validate_and_the_report_give_the_same_verdict(monkeypatch, tmp_path, ca
     (their failures, not an aborted run), and only when asked."""
     import json
 
-    from rbcheck import checks, cli
+    from rbcheck import cli, runner
     from rbcheck.harness import adapters, report
 
     make, expected = CASES[case]
@@ -169,7 +169,7 @@ def test_validate_and_the_report_give_the_same_verdict(monkeypatch, tmp_path, ca
     if informational and name == "torchrl" and case in ("fail", "xpass"):
         expected = 0  # reported, not gating
     monkeypatch.setattr(adapters, "load_adapter", lambda n: None)
-    monkeypatch.setattr(checks, "run_subprocess", lambda n, **kw: make(n))
+    monkeypatch.setattr(runner, "run_subprocess", lambda n, **kw: make(n))
     flag = ["--third-party-informational"] if informational else []
     assert cli.main(["validate", name, *flag]) == expected
     path = tmp_path / "results.json"

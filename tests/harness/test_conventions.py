@@ -20,7 +20,7 @@ from rbcheck.harness.protocol import (
     Conventions,
     ParamRange,
 )
-from rbcheck.harness.strategies import Field, Layout, param_values
+from rbcheck.harness.strategies import Field, Layout, param_values, priorities
 
 TIANSHOU_LIKE = Conventions(
     priority_dtype=torch.float32,
@@ -240,3 +240,35 @@ def test_an_unseedable_adapter_skips_exact_replay_with_the_reason_and_shows_the_
     uniforms = cells["test_sampling_distributions.py::test_same_uniforms_give_same_indices_as_reference"]
     assert uniforms.startswith("skipped (convention: not seedable"), uniforms
     assert cells["test_bad_input.py::test_parameters_outside_the_declared_range_are_refused[alpha]"] == "pass"
+
+
+# --- eps_rule="none" and positive_priorities ---------------------------------
+
+
+def test_eps_rule_none_stores_raw_to_the_alpha_without_eps():
+    conv = Conventions(eps_rule="none")
+    assert conv.effective_eps(0.5) == 0.0
+    assert conv.deviations() == {"eps_rule": "none"}
+    oracle = PriorityOracle(BufferSpec(capacity=3, sampler="prioritized", alpha=0.5, eps=0.25), conv)
+    oracle.write(3, [4.0, 0.0, 9.0])
+    assert oracle.leaves().tolist() == [2.0, 0.0, 3.0]  # p ** alpha, a 0 stays 0
+    assert oracle.probabilities().tolist() == [0.4, 0.0, 0.6]
+
+
+def test_positive_priorities_admits_only_positive_and_the_oracle_refuses_zero():
+    conv = Conventions(positive_priorities=True)
+    assert conv.deviations() == {"positive_priorities": "True"}
+    assert conv.admits(1e-300) and not conv.admits(0.0)
+    assert Conventions().admits(0.0)
+    oracle = PriorityOracle(BufferSpec(capacity=2, sampler="prioritized"), conv)
+    oracle.write(2, [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"should be > 0 for a buffer declaring positive_priorities"):
+        oracle.update([0], [0.0])
+    with pytest.raises(ValueError, match=r"positive_priorities=1, but should be True or False"):
+        Conventions(positive_priorities=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=priorities(conventions=Conventions(priority_dtype=torch.float32, positive_priorities=True)))
+def test_priorities_drawn_for_a_buffer_refusing_zero_stay_positive_in_its_dtype(p):
+    assert float(torch.tensor(p, dtype=torch.float32)) > 0

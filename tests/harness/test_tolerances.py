@@ -2,7 +2,7 @@
 passes the transform-once property within float32's own error, while a
 double transform misses it by orders of magnitude more than the tolerance.
 Shown twice: on the arithmetic itself, and on the float32-tree buffers of
-``harness/mutants.py`` (the correct control and the twice-transforming
+``tests/mutants/conventions.py`` (the correct control and the twice-transforming
 mutant) run through the conformance property."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from rbcheck.conformance import test_priority_transform as transform_property
 from rbcheck.harness.assertions import priority_tolerance, sum_tolerance, weight_tolerance
-from rbcheck.harness.mutants import float32_tree, float32_tree_transformed_twice
 from rbcheck.harness.oracle import transform
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.strategies import Field, Layout
+from tests.mutants.conventions import float32_tree, float32_tree_transformed_twice
 
 F32 = torch.float32
 

@@ -1,5 +1,5 @@
-"""Meta tests of the concurrency properties: every mutant of
-``rbcheck.harness.mutants_concurrent`` is caught by the property aimed at its
+"""Meta tests of the concurrency properties: every concurrency mutant
+(``tests/mutants/concurrency.py``) is caught by the property aimed at its
 bug, the reference behind one lock (``reference-locked``) passes them all
 (the control), and the plain reference, which is not thread-safe, does not
 declare "concurrent": its run shows them skipped with that reason.
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from rbcheck.harness.mutants_concurrent import MUTANTS
 from tests.meta.test_mutants_caught import assert_caught, assert_outcomes, run_conformance
+from tests.mutants.registry import of_kind
+
+MUTANTS = of_kind("concurrency")
 
 FILES = sorted({f for m in MUTANTS for f in m.files})
 TARGETS = sorted({t for m in MUTANTS for t in m.targets})
@@ -54,8 +56,7 @@ def runs(request):
         for m in MUTANTS:
             if m.factory in selected:
                 path = tmp / f"{m.factory}.json"
-                impl = f"rbcheck.harness.mutants_concurrent:{m.factory}"
-                jobs[m.factory] = (pool.submit(run_conformance, impl, m.files, m.targets, path), path)
+                jobs[m.factory] = (pool.submit(run_conformance, m.impl, m.files, m.targets, path), path)
         yield jobs
         for future, _ in jobs.values():
             future.cancel()

@@ -1,8 +1,9 @@
 """Meta tests: the conformance suite must catch every deliberately broken
-adapter of tests/meta/mutants.py, in the property aimed at its bug.
+adapter declared in tests/mutants/ (all but the concurrency ones, which
+test_concurrent_mutants_caught.py runs), in the property aimed at its bug.
 
 Each mutant runs the targeted conformance tests in a subprocess
-(``--impl rbcheck.harness.mutants:<factory>``, ci profile, ``--rbcheck-results``);
+(``--impl tests.mutants.<module>:<factory>``, ci profile, ``--rbcheck-results``);
 the run must fail, and one of the targeted properties must be among the
 failures with a self-explaining message (``... but should be ...``). The
 reference must pass the same tests (the control), so a catch is never an
@@ -27,8 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rbcheck.harness.mutants import Mutant
-from tests.mutants.registry import all_mutants
+from tests.mutants.registry import Mutant, of_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = ROOT / "rbcheck" / "conformance"
@@ -36,20 +36,22 @@ CONFORMANCE = ROOT / "rbcheck" / "conformance"
 #: machine runs them at a fraction of a core while failures are being shrunk.
 TIMEOUT_S = 600
 CAUGHT: list[tuple[str, str, str, str]] = []  # (mutant, bug class, caught by, message)
-#: Every mutant: those of rbcheck.harness.mutants and those declared in tests/mutants.
-MUTANTS = all_mutants()
+#: Every mutant declared in tests/mutants but the concurrency ones and the
+#: cheap ones run in process (tests/meta/test_in_process_mutants.py).
+MUTANTS = [m for m in of_kind("plain", "historic", "convention") if not m.in_process]
+#: The subprocesses import the mutants from the repository (``tests`` is not
+#: installed): its root goes on their PYTHONPATH.
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
-def impl_of(mutant) -> str:
+def impl_of(mutant: Mutant) -> str:
     """The adapter string of a mutant (``--impl``)."""
-    return getattr(mutant, "impl", None) or f"rbcheck.harness.mutants:{mutant.factory}"
+    return mutant.impl
 
 
-def control_of(mutant) -> str:
+def control_of(mutant: Mutant) -> str:
     """The adapter string of a mutant's control, or "reference"."""
-    if mutant.control == "reference" or ":" in mutant.control:
-        return mutant.control
-    return f"rbcheck.harness.mutants:{mutant.control}"
+    return mutant.control
 
 
 @pytest.fixture(autouse=True)
@@ -114,6 +116,7 @@ def run_snippets(snippets: list[str], workdir: Path) -> list[str]:
     source.write_text(json.dumps(snippets))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RBCHECK_")}
     env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = PYTHONPATH  # a snippet loads its mutant from the repository
     proc = subprocess.run([sys.executable, "-c", SNIPPET_RUNNER, str(source)], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     if proc.returncode:
@@ -124,6 +127,7 @@ def run_snippets(snippets: list[str], workdir: Path) -> list[str]:
 def run_conformance(impl: str, files, targets, results: Path, extra=()) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("RBCHECK_IMPL", "RBCHECK_PROFILE")}
     env["OMP_NUM_THREADS"] = "1"  # the runs go in parallel, one per core
+    env["PYTHONPATH"] = PYTHONPATH
     cmd = [
         sys.executable,
         "-m",

@@ -24,12 +24,19 @@ The modules of this package group mutants by the class of bug they plant;
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
 REFERENCE = "reference"
+#: What a mutant is: a plain one (one bug planted in a copy of the
+#: reference), a historic one (modelled on a public issue: ``reproduces``
+#: set), a convention one (declares a convention and still breaks the
+#: invariant it qualifies), or a concurrency one (a shared buffer with one
+#: race; run by tests/meta/test_concurrent_mutants_caught.py).
+KINDS = ("plain", "historic", "convention", "concurrency")
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class Mutant:
     reproduces: str = ""  # the public issue / PR a historic mutant is modelled on
     needs_cuda: bool = False  # observable only on a CUDA buffer (--rbcheck-device cuda)
     module: str = ""  # the module that defines the factory
+    kind: str = "plain"  # one of KINDS
+    in_process: bool = False  # cheap: its properties are called in the meta test's own process
 
     @property
     def impl(self) -> str:
@@ -53,6 +62,7 @@ class Mutant:
 MUTANTS: list[Mutant] = []
 
 
+@functools.cache
 def _property_ids() -> frozenset[str]:
     from rbcheck.checks import properties
 
@@ -71,8 +81,13 @@ def control(fn: Callable) -> Callable:
 
 
 def mutant(*, bug: str, catches: tuple[str, ...], control: Callable | str = REFERENCE,
-           reproduces: str = "", needs_cuda: bool = False) -> Callable[[Callable], Callable]:
-    """Declare the decorated factory a mutant (see the module docstring)."""
+           reproduces: str = "", needs_cuda: bool = False, kind: str | None = None,
+           in_process: bool = False) -> Callable[[Callable], Callable]:
+    """Declare the decorated factory a mutant (see the module docstring).
+    ``kind`` defaults to "historic" when ``reproduces`` is given, else "plain"."""
+    kind = kind or ("historic" if reproduces else "plain")
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}, but should be one of {KINDS}")
     if isinstance(catches, str) or not catches:
         raise ValueError(f"catches={catches!r}, but should be a non-empty tuple of property ids")
     known = _property_ids()
@@ -89,7 +104,7 @@ def mutant(*, bug: str, catches: tuple[str, ...], control: Callable | str = REFE
         files = tuple(sorted({c.split("::")[0] + ".py" for c in catches}))
         targets = tuple(dict.fromkeys(c.split("::")[1] for c in catches))
         MUTANTS.append(Mutant(fn.__name__, bug, files, targets, _adapter_string(control), reproduces,
-                              needs_cuda, fn.__module__))
+                              needs_cuda, fn.__module__, kind, in_process))
         return fn
 
     return declare
@@ -100,19 +115,24 @@ def discover() -> tuple[Mutant, ...]:
     import tests.mutants as package
 
     for info in pkgutil.iter_modules(package.__path__):
-        if info.name != "registry":
+        if info.name not in ("registry", "base"):
             importlib.import_module(f"{package.__name__}.{info.name}")
     return tuple(MUTANTS)
 
 
-def all_mutants() -> tuple:
-    """Every mutant: those still in ``rbcheck.harness.mutants`` (moving here)
-    and those declared in this package."""
-    from rbcheck.harness.mutants import MUTANTS as in_harness
-
-    return (*in_harness, *discover())
+def all_mutants() -> tuple[Mutant, ...]:
+    """Every declared mutant, of every kind."""
+    return discover()
 
 
-def historic() -> tuple:
+def historic() -> tuple[Mutant, ...]:
     """The mutants modelled on a public issue (``reproduces`` set)."""
-    return tuple(m for m in all_mutants() if m.reproduces)
+    return tuple(m for m in discover() if m.reproduces)
+
+
+def of_kind(*kinds: str) -> tuple[Mutant, ...]:
+    """The declared mutants of the given kinds (:data:`KINDS`)."""
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"kinds={unknown}, but should be among {KINDS}")
+    return tuple(m for m in discover() if m.kind in kinds)

@@ -1,6 +1,6 @@
 """Differential tests: each variant against the reference on the same inputs.
 
-Kinds (see DESIGN.md):
+Kinds (see docs/design.md, "Kinds of check"):
 * exact: trees after the same writes/updates (same float64 arithmetic),
   contents, cursor, write count, max priority, checkpoints in both directions;
 * exact given shared randomness: same masses -> same leaves; same seed ->

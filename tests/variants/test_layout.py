@@ -1,6 +1,6 @@
 """The variants' CPU data layout: interleaved rows and ring generations.
 
-Kinds (see DESIGN.md):
+Kinds (see docs/design.md, "Kinds of check"):
 * exact: ``interleaved_columns`` gives every field its own bytes (writing one
   field changes no other), aligned, with contiguous rows; gathers from those
   strided columns equal ``index_select``; a storage filled by ``extend``,

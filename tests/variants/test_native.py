@@ -1,6 +1,6 @@
 """The native (C) CPU path of the variants' trees against the torch path and the reference.
 
-Kinds (see DESIGN.md):
+Kinds (see docs/design.md, "Kinds of check"):
 * exact: trees after the same updates (duplicates, masks, zero values,
   contiguous and random slots) are bit-identical across native, torch path and
   reference; gathered rows equal ``index_select``'s;

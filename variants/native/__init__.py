@@ -54,6 +54,8 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("tree.c")
+#: Every file of the build: tree.c includes tree_update.c (one translation unit).
+SOURCES = (SOURCE, SOURCE.with_name("tree_update.c"))
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
 ABI_VERSION = 13
 #: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
@@ -87,13 +89,14 @@ def _build() -> ctypes.CDLL:
     """Compile (or reuse the cached build) and load; raises RuntimeError with the reason."""
     if os.environ.get("RBCHECK_NATIVE", "1").strip() in ("0", "false", "no", "off"):
         raise RuntimeError("RBCHECK_NATIVE=0 (native path switched off)")
-    if not SOURCE.is_file():
-        raise RuntimeError(f"source {SOURCE.name} is missing from the installed package")
+    for path in SOURCES:
+        if not path.is_file():
+            raise RuntimeError(f"source {path.name} is missing from the installed package")
     cc = _compiler()
     if cc is None:
         want = os.environ.get("CC") or "cc, gcc or clang"
         raise RuntimeError(f"no C compiler found ({want} not on PATH)")
-    source = SOURCE.read_bytes()
+    source = b"\0".join(path.read_bytes() for path in SOURCES)
     key = hashlib.sha256(b"\0".join([source, " ".join(cc).encode(), " ".join(FLAGS).encode(),
                                      sys.platform.encode(), platform.machine().encode()])).hexdigest()[:20]
     folder = cache_dir()

@@ -1,6 +1,6 @@
 """Quick side-by-side speed check of the variants against the reference (not a test).
 
-    python -m rbcheck.variants.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
+    python -m bench.speed_check [--capacity 1048576] [--batch 4096] [--reps 200]
                                    [--threads 1,0]  # 0: torch's default
                                    [--scalar]  # the descent's scalar code, not AVX2
                                    [--no-torchrl]  # leave TorchRL's sampler out

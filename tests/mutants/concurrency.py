@@ -1,15 +1,7 @@
-"""Deliberately broken shared buffers: each plants one concurrency bug in the
-reference behind one lock (``reference-locked``, the spec of sharing), and a
-property of ``rbcheck/conformance/test_concurrency.py`` must catch it.
-
-Run one by hand with::
-
-    python -m pytest rbcheck/conformance/test_concurrency.py \\
-        --impl rbcheck.harness.mutants_concurrent:<factory>
-
-Each mutant differs from ``reference-locked`` in one place: a step done
-outside the lock that the lock should cover, or a check left out. The meta
-test ``tests/meta/test_concurrent_mutants_caught.py`` runs :data:`MUTANTS`.
+"""Concurrency: shared buffers with one race each, caught by
+``rbcheck/conformance/test_concurrency.py``; the control is the reference
+behind one lock (``reference-locked``), see
+tests/meta/test_concurrent_mutants_caught.py.
 """
 
 from __future__ import annotations
@@ -23,10 +15,10 @@ import torch
 
 from rbcheck.harness.adapters.reference import reference_adapter
 from rbcheck.harness.concurrency import LockedBuffer, locked
-from rbcheck.harness.mutants import Mutant
 from rbcheck.harness.protocol import CAPABILITIES
 from rbcheck.reference.arguments import last_occurrence
 from rbcheck.reference.checkpoint import save_checkpoint
+from tests.mutants.registry import mutant
 
 #: How long a mutant leaves the lock open where it should not (seconds): long
 #: enough that another thread runs in between, as a preemption would.
@@ -35,11 +27,6 @@ GAP_S = 2e-4
 
 def _locked(name: str, buffer_cls: type) -> object:
     return locked(reference_adapter(), f"mutant-{name}", buffer_cls)
-
-
-# --------------------------------------------------------------------------
-# torn rows (pytorch/rl #3463: rows read half-written)
-# --------------------------------------------------------------------------
 
 
 class PayloadAfterPublishBuffer(LockedBuffer):
@@ -70,13 +57,11 @@ class PayloadAfterPublishBuffer(LockedBuffer):
         return index
 
 
+@mutant(bug="a row visible to samplers before its payload is written",
+        catches=("test_concurrency::test_concurrent_samples_never_see_a_torn_row",),
+        kind="concurrency")
 def row_published_before_payload():
     return _locked("row-published-before-payload", PayloadAfterPublishBuffer)
-
-
-# --------------------------------------------------------------------------
-# lost and duplicated rows
-# --------------------------------------------------------------------------
 
 
 class UnlockedReservationBuffer(LockedBuffer):
@@ -93,10 +78,17 @@ class UnlockedReservationBuffer(LockedBuffer):
             return rb.extend(data)
 
 
+@mutant(bug="two writers reserving the same slots (a lost batch)",
+        catches=("test_concurrency::test_concurrent_writes_lose_and_duplicate_nothing",),
+        kind="concurrency")
 def slots_reserved_outside_lock():
     return _locked("slots-reserved-outside-lock", UnlockedReservationBuffer)
 
 
+@mutant(bug="a buffer that is not thread-safe declared concurrent",
+        catches=("test_concurrency::test_concurrent_writes_lose_and_duplicate_nothing",
+                 "test_concurrency::test_concurrent_samples_never_see_a_torn_row"),
+        kind="concurrency")
 def unlocked_buffer():
     """The plain reference (not thread-safe, no lock) declared ``concurrent``.
 
@@ -124,11 +116,6 @@ def unlocked_buffer():
     return replace(base, name="mutant-unlocked-buffer", capabilities=CAPABILITIES, make=make)
 
 
-# --------------------------------------------------------------------------
-# stale updates (ray-project/ray #6534: async learners update recycled slots)
-# --------------------------------------------------------------------------
-
-
 class NoGenerationCheckBuffer(LockedBuffer):
     """``update_priority`` drops the generation: an update for a slot's
     previous occupant lands on the new one."""
@@ -138,13 +125,11 @@ class NoGenerationCheckBuffer(LockedBuffer):
             self.inner.update_priority(index, priority)
 
 
+@mutant(bug="a priority update racing an overwrite lands on the new occupant",
+        catches=("test_concurrency::test_concurrent_stale_updates_never_land_on_the_new_occupant",),
+        kind="concurrency")
 def update_without_generation_check():
     return _locked("update-without-generation-check", NoGenerationCheckBuffer)
-
-
-# --------------------------------------------------------------------------
-# samplers that are not independent (pytorch/rl #2185: samplers not thread-safe)
-# --------------------------------------------------------------------------
 
 
 class GeneratorPerThreadBuffer(LockedBuffer):
@@ -168,13 +153,11 @@ class GeneratorPerThreadBuffer(LockedBuffer):
                 rb.generator = own
 
 
+@mutant(bug="concurrent samplers drawing copies of one random stream",
+        catches=("test_concurrency::test_concurrent_sampling_matches_closed_form",),
+        kind="concurrency")
 def samplers_share_one_seed():
     return _locked("samplers-share-one-seed", GeneratorPerThreadBuffer)
-
-
-# --------------------------------------------------------------------------
-# checkpoints that are not a snapshot
-# --------------------------------------------------------------------------
 
 
 class WriterFirstSaveBuffer(LockedBuffer):
@@ -192,13 +175,12 @@ class WriterFirstSaveBuffer(LockedBuffer):
         save_checkpoint(SimpleNamespace(state_dict=lambda: state), path)
 
 
+@mutant(bug="a checkpoint taken during writes that mixes two moments",
+        catches=("test_concurrency::test_checkpoint_taken_during_writes_is_a_consistent_snapshot",),
+        kind="concurrency")
 def checkpoint_mixes_two_moments():
     return _locked("checkpoint-mixes-two-moments", WriterFirstSaveBuffer)
 
-
-# --------------------------------------------------------------------------
-# a call that never returns (the run must end, name the thread, and close)
-# --------------------------------------------------------------------------
 
 #: The per-call bound the hanging mutant declares (seconds): it promises every
 #: call returns within this, so its hang is found without waiting for TIMEOUT_S.
@@ -229,62 +211,8 @@ class BlocksWhenFullBuffer(LockedBuffer):
         self.closed.set()
 
 
+@mutant(bug="a writer's extend that never returns (a hang)",
+        catches=("test_concurrency::test_concurrent_writes_lose_and_duplicate_nothing",),
+        kind="concurrency")
 def extend_waits_forever_when_full():
     return _locked("extend-waits-forever-when-full", BlocksWhenFullBuffer)
-
-
-# --------------------------------------------------------------------------
-# the table the meta test runs
-# --------------------------------------------------------------------------
-
-FILE = ("test_concurrency.py",)
-
-MUTANTS = (
-    Mutant(
-        "row_published_before_payload",
-        "a row visible to samplers before its payload is written",
-        FILE,
-        ("test_concurrent_samples_never_see_a_torn_row",),
-    ),
-    Mutant(
-        "slots_reserved_outside_lock",
-        "two writers reserving the same slots (a lost batch)",
-        FILE,
-        ("test_concurrent_writes_lose_and_duplicate_nothing",),
-    ),
-    Mutant(
-        "unlocked_buffer",
-        "a buffer that is not thread-safe declared concurrent",
-        FILE,
-        (
-            "test_concurrent_writes_lose_and_duplicate_nothing",
-            "test_concurrent_samples_never_see_a_torn_row",
-        ),
-    ),
-    Mutant(
-        "update_without_generation_check",
-        "a priority update racing an overwrite lands on the new occupant",
-        FILE,
-        ("test_concurrent_stale_updates_never_land_on_the_new_occupant",),
-    ),
-    Mutant(
-        "samplers_share_one_seed",
-        "concurrent samplers drawing copies of one random stream",
-        FILE,
-        ("test_concurrent_sampling_matches_closed_form",),
-    ),
-    Mutant(
-        "checkpoint_mixes_two_moments",
-        "a checkpoint taken during writes that mixes two moments",
-        FILE,
-        ("test_checkpoint_taken_during_writes_is_a_consistent_snapshot",),
-    ),
-    Mutant(
-        "extend_waits_forever_when_full",
-        "a writer's extend that never returns (a hang)",
-        FILE,
-        ("test_concurrent_writes_lose_and_duplicate_nothing",),
-    ),
-)
-
-__all__ = ["MUTANTS", *[m.factory for m in MUTANTS]]

@@ -1,0 +1,199 @@
+"""The damage of the checkpoint-fault properties
+(``rbcheck/conformance/test_checkpoint_faults.py``): :data:`FAULTS`, each a
+format-independent way to damage a checkpoint directory one file or folder
+at a time, and :func:`interrupted_save`, a save in a forked child killed (or
+failing) at its k-th filesystem operation (:data:`FS_EVENTS`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+__all__ = ["FS_EVENTS", "FAULTS", "files_under", "dirs_under", "count_items", "outside_state",
+           "interrupted_save"]
+
+#: Audit events that change (or open) files: the "filesystem operations" of a save.
+FS_EVENTS = frozenset({
+    "open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.truncate", "os.link",
+    "os.symlink", "shutil.rmtree", "shutil.move", "shutil.copyfile", "tempfile.mkstemp",
+    "tempfile.mkdtemp", "os.chmod", "os.utime",
+})
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def dirs_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_dir() and not p.is_symlink())
+
+
+class Payload:
+    """Unpickling this runs code: it creates ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').close()",)
+
+
+def payload_bytes(marker: Path, kind: str) -> bytes:
+    if kind == "pickle":
+        return pickle.dumps(Payload(marker))
+    holder = marker.parent / "payload.pt"
+    torch.save({"state": Payload(marker)}, holder)
+    return holder.read_bytes()
+
+
+# --------------------------------------------------------------------------
+# damage: each function damages a fresh checkpoint at ``ckpt`` one way at a
+# time, yielding a description and what is allowed (True: loading the
+# untouched state is fine; False: the load must be refused)
+# --------------------------------------------------------------------------
+
+
+def each_file(change: Callable[[Path, Path], None], may_load: bool = True):
+    def damage(ckpt: Path, outside: Path, count: int) -> tuple[str, bool]:
+        file = files_under(ckpt)[count]
+        change(file, outside)
+        return f"{file.relative_to(ckpt)}", may_load
+    damage.per = "file"
+    return damage
+
+
+def each_dir(change: Callable[[Path, Path], None], may_load: bool = True, root: bool = True):
+    """``root``: the checkpoint directory itself too (the caller's path; a
+    symlink there is the caller's choice, not the checkpoint's)."""
+    def damage(ckpt: Path, outside: Path, count: int) -> tuple[str, bool]:
+        folder = ([ckpt] * root + dirs_under(ckpt))[count]
+        change(folder, outside)
+        return f"{folder.relative_to(ckpt)}/", may_load
+    damage.per = "dir" if root else "subdir"
+    return damage
+
+
+def flip(position: Callable[[int], int]):
+    def change(file: Path, outside: Path) -> None:
+        raw = bytearray(file.read_bytes())
+        if raw:
+            raw[position(len(raw))] ^= 0x5A
+        file.write_bytes(bytes(raw))
+    return change
+
+
+def truncate(keep: Callable[[int], int]):
+    def change(file: Path, outside: Path) -> None:
+        raw = file.read_bytes()
+        file.write_bytes(raw[: keep(len(raw))])
+    return change
+
+
+def to_symlink_outside(item: Path, outside: Path) -> None:
+    copy = outside / f"copy-{item.name}-{len(list(outside.iterdir()))}"
+    if item.is_dir():
+        shutil.copytree(item, copy, symlinks=True)
+        shutil.rmtree(item)
+    else:
+        shutil.copyfile(item, copy)
+        item.unlink()
+    item.symlink_to(copy, target_is_directory=copy.is_dir())
+
+
+def replace_by(kind: str):
+    def change(file: Path, outside: Path) -> None:
+        file.write_bytes(payload_bytes(outside / "PWNED", kind))
+    return change
+
+
+def add_payloads(folder: Path, outside: Path) -> None:
+    blob = payload_bytes(outside / "PWNED", "pickle")
+    for name in ("prefetch.pkl", "state.pkl", "metadata.pkl", "transform.t", "buffer.pt", "data.pt"):
+        if not (folder / name).exists():
+            (folder / name).write_bytes(blob)
+
+
+FAULTS = {
+    "file_deleted": each_file(lambda f, o: f.unlink()),
+    "file_emptied": each_file(truncate(lambda n: 0)),
+    "file_truncated_to_half": each_file(truncate(lambda n: n // 2)),
+    "file_missing_last_byte": each_file(truncate(lambda n: max(n - 1, 0))),
+    "byte_flipped_at_start": each_file(flip(lambda n: 0)),
+    "byte_flipped_in_middle": each_file(flip(lambda n: n // 2)),
+    "byte_flipped_at_end": each_file(flip(lambda n: n - 1)),
+    "extra_file_in_directory": each_dir(lambda d, o: (d / "unexpected.bin").write_bytes(b"\x00junk" * 9)),
+    "file_replaced_by_pickle_payload": each_file(replace_by("pickle")),
+    "file_replaced_by_torch_save_payload": each_file(replace_by("torch")),
+    "pickle_payloads_added_under_common_names": each_dir(add_payloads),
+    "file_replaced_by_symlink_outside": each_file(to_symlink_outside, may_load=False),
+    "directory_replaced_by_symlink_outside": each_dir(to_symlink_outside, may_load=False, root=False),
+}
+
+
+def count_items(ckpt: Path, per: str) -> int:
+    return {"file": len(files_under(ckpt)), "dir": 1 + len(dirs_under(ckpt)), "subdir": len(dirs_under(ckpt))}[per]
+
+
+def outside_state(outside: Path) -> dict:
+    return {p.name: p.read_bytes() for p in outside.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+# --------------------------------------------------------------------------
+# interrupted saves
+# --------------------------------------------------------------------------
+
+_HOOK = {"armed": False, "count": 0, "at": 0, "action": None}
+
+
+def _audit(event: str, args) -> None:
+    if _HOOK["armed"] and event in FS_EVENTS:
+        _HOOK["count"] += 1
+        if _HOOK["count"] == _HOOK["at"]:
+            _HOOK["armed"] = False
+            _HOOK["action"]()
+
+
+def interrupted_save(buf, path: Path, at: int, kill: bool) -> str:
+    """Save ``buf`` to ``path`` in a forked child that is SIGKILLed (or whose
+    operation raises OSError) at its ``at``-th filesystem operation.
+    Returns "completed", "interrupted", "hung" or "failed before any
+    injected fault" (the save raised on its own in the child)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            def act():
+                _HOOK["fired"] = True
+                if kill:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise OSError(28, f"injected failure at filesystem operation {at}")
+            _HOOK.update(armed=False, count=0, at=at, action=act, fired=False)
+            sys.addaudithook(_audit)
+            _HOOK["armed"] = True
+            buf.save(path)
+            code = 0 if _HOOK["count"] < at else 3
+        except BaseException:  # noqa: BLE001 - the injected failure or its consequence
+            code = 3 if _HOOK.get("fired") else 4  # 4: the save failed on its own
+        os._exit(code)
+    deadline = time.monotonic() + 20  # a child that hangs (a lock held at fork) is killed
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "hung"
+        time.sleep(0.001)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 4):
+        return {0: "completed", 4: "failed before any injected fault"}[os.WEXITSTATUS(status)]
+    return "interrupted"

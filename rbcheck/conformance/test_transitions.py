@@ -1,0 +1,287 @@
+"""Invariant 10: what the learner reads. Every sampled transition's next
+observation, flags and n-step quantities equal the oracle's
+(``reference/transitions.py``) over streams of env steps
+(``harness/transition_streams.py``): episodes of drawn lengths, several envs
+interleaved where the buffer takes an env id, terminations and truncations in
+any mix, before, at and long after the ring's first wrap.
+
+Conventions (``Conventions.transition_fields``, ``nstep_form``,
+``incomplete_windows``, ``terminal_flag``) are checked in their own terms: a
+buffer that takes a timeout for a termination still returns each truncated
+step's own final observation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rbcheck.harness.assertions import Trace, fail
+from rbcheck.harness.transition_streams import Stream, transition_setups
+from rbcheck.reference.transitions import Transitions
+
+pytestmark = pytest.mark.requires("transitions")
+
+
+class Oracle:
+    """The expected value of every held row, by position (0 = oldest held)."""
+
+    def __init__(self, stream: Stream, spec, conventions):
+        self.spec, self.conv = spec, conventions
+        self.held = stream.held(spec.capacity)
+        self.first = int(self.held["id"][0])
+        self.newest = int(self.held["id"][-1])
+        self.tr = Transitions(self.held)
+        h = len(self.tr)
+        done = conventions.terminal_flag == "done"
+        self.flag = self.held["terminated"] | (self.held["truncated"] if done else False)
+        self.next_obs = self.held["next_obs"]
+        if spec.nstep:
+            n, gamma = spec.nstep, spec.gamma
+            ns = [self.tr.nstep(t, n, gamma, conventions.terminal_flag) for t in range(h)]
+            self.ret = torch.tensor([x.ret for x in ns], dtype=torch.float64)
+            self.discount = torch.tensor([x.discount for x in ns], dtype=torch.float64)
+            self.length = torch.tensor([x.length for x in ns])
+            self.boot = torch.stack([x.obs for x in ns])
+            self.complete = torch.tensor([self.tr.complete(t, n) for t in range(h)])
+            ids = self.held["id"]
+            self.window = torch.full((h, n), -1, dtype=torch.long)
+            for t in range(h):
+                w = self.tr.window(t, n)
+                self.window[t, : len(w)] = ids[w]
+
+    def positions(self, rows, trace: Trace) -> torch.Tensor:
+        if "id" not in rows.keys():
+            fail("keys of a transitions sample", sorted(map(str, rows.keys())), "to include 'id'", trace)
+        ids = rows["id"].cpu().reshape(-1).long()
+        bad = (ids < self.first) | (ids > self.newest)
+        if bad.any():
+            fail("sampled row id", int(ids[bad][0]), f"a held row, in [{self.first}, {self.newest}]", trace)
+        return ids - self.first
+
+
+def write(impl, spec, stream: Stream):
+    trace = Trace(impl, spec)
+    trace.need("from rbcheck.harness.transition_streams import Stream")
+    trace.let("stream", stream)
+    buf = impl.make(spec)
+    trace.op(Stream.WRITE)
+    stream.write(buf)
+    return buf, trace
+
+
+def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
+    batch = per_row * len(oracle.tr)
+    trace.op(f"rows, info = buf.sample({batch})")
+    if oracle.spec.nstep and oracle.conv.incomplete_windows == "exclude" and not oracle.complete.any():
+        try:  # nothing may be sampled: an error is the answer
+            rows, _ = buf.sample(batch)
+        except Exception:  # noqa: BLE001 - any refusal will do: no held row has a complete window
+            return None, None
+    else:
+        rows, _ = buf.sample(batch)
+    return rows, oracle.positions(rows, trace)
+
+
+def first_bad(what, got, want, p, oracle, trace, detail="") -> None:
+    """Fail on the first sampled row ``b`` where ``got[b] != want[b]``."""
+    got, want = got.cpu(), want.cpu()
+    if len(want) == 0:
+        return
+    if got.dtype == torch.bool or want.dtype == torch.bool:
+        same = (got != 0).reshape(want.shape) == want
+    elif want.dtype == torch.float64:
+        same = torch.isclose(got.double().reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+    else:
+        same = got.to(want.dtype).reshape(want.shape) == want
+    same = same.reshape(len(want), -1).all(1)
+    if not same.all():
+        b = int((~same).nonzero()[0])
+        t = int(p[b])
+        row = {k: oracle.held[k][t].tolist() for k in ("id", "env", "episode", "step", "terminated", "truncated")}
+        fail(f"{what} of sampled row {b} (held row {row})", got[b], want[b], trace, detail)
+
+
+def check_transitions(impl, spec, oracle: Oracle, rows, p, trace, *, skip_incomplete: bool) -> None:
+    conv = impl.conventions
+    if spec.nstep and skip_incomplete and conv.incomplete_windows == "exclude":
+        keep = oracle.complete[p]
+        rows, p = rows[keep], p[keep]  # test_incomplete_windows_are_handled_as_declared judges the others
+    for f in conv.transition_fields:
+        if f not in rows.keys():
+            fail(f"keys of a transitions sample (declared transition_fields={conv.transition_fields})",
+                 sorted(map(str, rows.keys())), f"to include {f!r}", trace)
+        want = {"terminated": oracle.flag, "next_obs": oracle.next_obs}.get(f, oracle.held.get(f))
+        detail = f"terminal_flag={conv.terminal_flag!r}" if f == "terminated" else ""
+        first_bad(f"sample[{f!r}]", rows[f], want[p], p, oracle, trace, detail)
+    if not spec.nstep:
+        return
+    if conv.nstep_form == "window":
+        first_bad("sample['window_id']", rows["window_id"], oracle.window[p], p, oracle, trace)
+        return
+    for key in ("nstep_return", "nstep_discount", "nstep_obs"):
+        if key not in rows.keys():
+            fail("keys of an n-step sample", sorted(map(str, rows.keys())), f"to include {key!r}", trace)
+    why = f"n={spec.nstep}, gamma={spec.gamma}: window rows {oracle.window[p].tolist()}"
+    first_bad("sample['nstep_return']", rows["nstep_return"], oracle.ret[p], p, oracle, trace, why)
+    first_bad("sample['nstep_discount']", rows["nstep_discount"], oracle.discount[p], p, oracle, trace, why)
+    boots = oracle.discount[p] > 0  # the bootstrap obs of a terminated window is never read
+    first_bad("sample['nstep_obs'] (the bootstrap observation)", rows["nstep_obs"][boots], oracle.boot[p][boots],
+              p[boots], oracle, trace, why)
+
+
+def needs(impl, nstep: bool) -> None:
+    if nstep and not impl.has("nstep"):
+        pytest.skip("capability 'nstep' not declared")
+
+
+@given(data=st.data())
+def test_sampled_transitions_match_the_oracle(impl, data):
+    """exact: every sampled row's declared fields (obs, action, reward, the
+    terminal flag as declared, next_obs) and, with ``nstep``, its n-step
+    return, discount and bootstrap observation equal the oracle's for that
+    row (windows complete or, under ``"shorten"``, shortened at the cursor)."""
+    spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
+    buf, trace = write(impl, spec, stream)
+    oracle = Oracle(stream, spec, impl.conventions)
+    rows, p = draw_sample(buf, oracle, trace, per_row=4)
+    if rows is None:
+        return
+    check_transitions(impl, spec, oracle, rows, p, trace, skip_incomplete=True)
+
+
+@given(data=st.data())
+def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
+    """exact: a truncated step's next_obs is its own final observation (not
+    the next episode's first one, not the obs of the step); it is not
+    reported terminated unless the buffer declares ``terminal_flag="done"``;
+    an n-step window ending on it bootstraps from that final observation with
+    discount gamma**m (0 under ``"done"``)."""
+    conv = impl.conventions
+    if "next_obs" not in conv.transition_fields and not impl.has("nstep"):
+        pytest.skip("the buffer returns neither next_obs nor n-step quantities (transition_fields)")
+    spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep"), truncations=True), label="setup")
+    buf, trace = write(impl, spec, stream)
+    oracle = Oracle(stream, spec, conv)
+    rows, p = draw_sample(buf, oracle, trace, per_row=4)
+    if rows is None:
+        return
+    truncated = oracle.held["truncated"][p]
+    if "next_obs" in conv.transition_fields:
+        first_bad("sample['next_obs'] of a truncated step (its own final observation)", rows["next_obs"][truncated],
+                  oracle.next_obs[p][truncated], p[truncated], oracle, trace)
+    if "terminated" in conv.transition_fields:
+        first_bad("sample['terminated'] of a truncated step", rows["terminated"][truncated],
+                  oracle.flag[p][truncated], p[truncated], oracle, trace, f"terminal_flag={conv.terminal_flag!r}")
+    if spec.nstep and conv.nstep_form == "return":
+        last = oracle.window[p].max(1).values - oracle.first  # the window's last held row
+        ends_truncated = oracle.held["truncated"][last] & ~oracle.held["terminated"][last]
+        if conv.incomplete_windows == "exclude":
+            ends_truncated &= oracle.complete[p]
+        q = p[ends_truncated]
+        first_bad("sample['nstep_discount'] of a window ending on a truncated step", rows["nstep_discount"][ends_truncated],
+                  oracle.discount[q], q, oracle, trace, f"terminal_flag={conv.terminal_flag!r}, gamma={spec.gamma}")
+        if conv.terminal_flag == "terminated":
+            first_bad("sample['nstep_obs'] of a window ending on a truncated step (its final observation)",
+                      rows["nstep_obs"][ends_truncated], oracle.boot[q], q, oracle, trace)
+
+
+@given(data=st.data())
+def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
+    """exact: the next observation and the bootstrap observation of every
+    sampled row belong to the row's own episode, lie 1..n steps after it, and
+    come from a row at or after it and held (not past the write cursor); the
+    discount is gamma to the number of steps between the row and its
+    bootstrap observation (a window's rows: the same, row by row)."""
+    spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
+    conv = impl.conventions
+    buf, trace = write(impl, spec, stream)
+    oracle = Oracle(stream, spec, conv)
+    rows, p = draw_sample(buf, oracle, trace, per_row=4)
+    if rows is None:
+        return
+    if spec.nstep and conv.incomplete_windows == "exclude":
+        keep = oracle.complete[p]
+        rows, p = rows[keep], p[keep]
+    episode = oracle.held["episode"][p].double()
+    step = oracle.held["step"][p].double()
+    ids = oracle.held["id"][p].double()
+
+    def check_obs(what: str, obs: torch.Tensor, most: int, mask: torch.Tensor) -> torch.Tensor:
+        obs = obs.cpu().double().reshape(len(p), -1)
+        marker, ep, st_ = obs[:, 0], obs[:, 1], obs[:, 2]
+        source = torch.where(marker < 0, -marker - 1, marker - spec.num_envs)  # the row whose next_obs it is
+        ok = (ep == episode) & (st_ > step) & (st_ <= step + most) & (source >= ids) & (source <= oracle.newest)
+        bad = mask & ~ok
+        if bad.any():
+            b = int(bad.nonzero()[0])
+            fail(f"{what} of sampled row {b} (row id {int(ids[b])}, episode {int(episode[b])}, step {int(step[b])})",
+                 obs[b], f"an observation of episode {int(episode[b])} from step {int(step[b]) + 1} to "
+                 f"{int(step[b]) + most}, the next_obs of a held row from id {int(ids[b])} to {oracle.newest}", trace)
+        return st_ - step
+
+    everything = torch.ones(len(p), dtype=torch.bool)
+    if "next_obs" in conv.transition_fields:
+        check_obs("sample['next_obs']", rows["next_obs"], 1, everything)
+    if not spec.nstep:
+        return
+    if conv.nstep_form == "window":
+        win = rows["window_id"].cpu().long().reshape(len(p), -1)
+        for k in range(win.shape[1]):
+            used = win[:, k] >= 0
+            pos = (win[:, k] - oracle.first).clamp(0, len(oracle.tr) - 1)
+            ok = (win[:, k] >= oracle.first) & (win[:, k] <= oracle.newest)
+            ok &= oracle.held["episode"][pos] == oracle.held["episode"][p]
+            ok &= oracle.held["step"][pos] == oracle.held["step"][p] + k
+            if (used & ~ok).any():
+                b = int((used & ~ok).nonzero()[0])
+                fail(f"sample['window_id'][{b}, {k}]", int(win[b, k]),
+                     f"a held row of episode {int(episode[b])} at step {int(step[b]) + k}", trace)
+        return
+    discount = rows["nstep_discount"].cpu().double().reshape(-1)
+    boots = discount > 0
+    gap = check_obs("sample['nstep_obs'] (the bootstrap observation)", rows["nstep_obs"], spec.nstep, boots)
+    want = spec.gamma ** gap
+    bad = boots & ~torch.isclose(discount, want, rtol=1e-5, atol=1e-7)
+    if bad.any():
+        b = int(bad.nonzero()[0])
+        fail(f"sample['nstep_discount'] of sampled row {b}", float(discount[b]),
+             f"gamma**{int(gap[b])} = {float(want[b]):.6g} (gamma={spec.gamma}; its bootstrap observation is "
+             f"{int(gap[b])} steps later)", trace)
+
+
+@given(data=st.data())
+def test_incomplete_windows_are_handled_as_declared(impl, data):
+    """exact: a row whose n-step window reaches the newest row of its env
+    before n steps and before its episode's end is never sampled under
+    ``incomplete_windows="exclude"`` (probability zero in 16 draws per held
+    row), and under ``"shorten"`` is sampled (16 draws per row) with the
+    window stopped at the newest row: return, discount gamma**m and the
+    newest row's next_obs."""
+    needs(impl, nstep=True)
+    conv = impl.conventions
+    spec, stream = data.draw(transition_setups(impl, nstep=True), label="setup")
+    spec = spec.but(nstep=max(spec.nstep, 2))
+    buf, trace = write(impl, spec, stream)
+    oracle = Oracle(stream, spec, conv)
+    rows, p = draw_sample(buf, oracle, trace, per_row=16)
+    if rows is None:
+        return
+    incomplete = ~oracle.complete[p]
+    if conv.incomplete_windows == "exclude":
+        if incomplete.any():
+            b = int(incomplete.nonzero()[0])
+            fail(f"share of sampled rows with an incomplete window (row {int(oracle.held['id'][p[b]])}, "
+                 f"window {oracle.window[p[b]].tolist()}, n={spec.nstep})",
+                 f"{int(incomplete.sum())}/{len(p)}", "0 (incomplete_windows='exclude')", trace)
+        return
+    held_incomplete = set((~oracle.complete).nonzero().reshape(-1).tolist())
+    missing = held_incomplete - set(p.tolist())
+    if missing and conv.sampling == "independent":
+        t = min(missing)
+        fail(f"times the row id {int(oracle.held['id'][t])} with an incomplete window "
+             f"{oracle.window[t].tolist()} was sampled", 0,
+             f"> 0 in {len(p)} draws (incomplete_windows='shorten': it is sampled, shortened)", trace)
+    sub = rows[incomplete]
+    check_transitions(impl, spec, oracle, sub, p[incomplete], trace, skip_incomplete=False)

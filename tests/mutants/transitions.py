@@ -1,0 +1,282 @@
+"""Mutants of invariant 10 (transitions and n-step returns), each modelled on
+a real bug, and their controls.
+
+:class:`SlotTransitions` is a transitions buffer written the way libraries
+write them: rows in a ring of slots, the next row of an env found by slot
+arithmetic (``slot + num_envs``), the n-step window walked slot by slot and
+stopped at an episode's end and at the write cursor. With no bug it is a
+correct buffer (the controls); each mutant turns one bug on. These mutants
+run in-process with small example budgets (``in_process=True``):
+tests/meta/test_mutants_caught.py calls the targeted properties directly.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
+from rbcheck.harness.transition_streams import LAYOUT
+from tests.mutants.registry import control
+from tests.mutants.registry import mutant as _mutant
+
+T = "test_transitions"
+MATCH = f"{T}::test_sampled_transitions_match_the_oracle"
+TRUNC = f"{T}::test_truncated_step_bootstraps_from_its_own_final_obs"
+WINDOW = f"{T}::test_no_window_contains_another_episodes_or_a_newer_row"
+INCOMPLETE = f"{T}::test_incomplete_windows_are_handled_as_declared"
+GARBAGE = 48879.0
+
+
+def mutant(**kw):
+    """:func:`tests.mutants.registry.mutant`, run in-process (cheap)."""
+    return _mutant(in_process=True, **kw)  # what uninitialised memory reads as here (deterministic)
+
+
+class SlotTransitions:
+    """A ring of ``capacity`` rows with transitions and n-step by slot arithmetic."""
+
+    def __init__(self, spec: BufferSpec, bugs: frozenset[str], conventions: Conventions):
+        self.spec, self.bugs, self.conv = spec, bugs, conventions
+        self.cap, self.e = spec.capacity, spec.num_envs
+        self.store = TensorDict({k: torch.zeros(spec.capacity, *shape, dtype=dtype)
+                                 for k, (shape, dtype) in LAYOUT.items()}, batch_size=[spec.capacity])
+        self.written = 0
+        self.gen = torch.Generator().manual_seed(spec.seed)
+
+    # writing
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        slots = (self.written + torch.arange(len(data))) % self.cap
+        self.store[slots] = data.select(*LAYOUT).to_tensordict()
+        self.written += len(data)
+        return slots
+
+    def add(self, row: TensorDictBase) -> int:
+        return int(self.extend(row.unsqueeze(0))[0])
+
+    def __len__(self) -> int:
+        return min(self.written, self.cap)
+
+    @property
+    def cursor(self) -> int:
+        return self.written % self.cap
+
+    @property
+    def write_count(self) -> int:
+        return self.written
+
+    def contents(self) -> TensorDictBase:
+        return self.store[: len(self)].clone()
+
+    # transitions
+    def age(self, s: int) -> int:
+        """Write number of the row in slot ``s``."""
+        return s if self.written <= self.cap else self.written - self.cap + (s - self.cursor) % self.cap
+
+    def succ(self, s: int) -> int | None:
+        """The slot of the next row of the same env, None past the write cursor."""
+        step = 1 if "no_env_id" in self.bugs else self.e
+        nxt = (s + step) % self.cap
+        if "wrap_before_full" in self.bugs and self.written < self.cap:
+            return nxt  # tianshou #135: modulo capacity, into unwritten slots
+        if "cross_cursor" in self.bugs:
+            return nxt
+        return nxt if self.age(s) + step < self.written else None
+
+    def ends(self, s: int) -> bool:
+        return self._term[s] or self._trunc[s]
+
+    def window(self, s: int, n: int) -> list[int]:
+        out = [s]
+        crossing = "cross_episode_when_full" in self.bugs and self.written >= self.cap
+        while len(out) < n and (crossing or not self.ends(out[-1])):
+            nxt = self.succ(out[-1])
+            if nxt is None:
+                break
+            out.append(nxt)
+        return out
+
+    def complete(self, s: int, n: int) -> bool:
+        w = self.window(s, n)
+        return len(w) == n or self.ends(w[-1])
+
+    def next_obs(self, s: int) -> torch.Tensor:
+        st = self.store
+        nxt = (s + self.e) % self.cap
+        if "memopt" in self.bugs and not self.ends(s):  # next obs from the next slot's obs
+            if self.age(s) + self.e >= self.written:  # the newest row: its slot was never written
+                return torch.full_like(st["obs"][s], GARBAGE) if "uninitialised" in self.bugs else st["obs"][nxt]
+            return st["obs"][nxt]
+        if "final_obs_overwritten" in self.bugs and self.ends(s) and self.age(s) + self.e < self.written:
+            return st["obs"][nxt]  # the next episode's first obs
+        if "truncated_final_obs_lost" in self.bugs and self._trunc[s] and self.age(s) + self.e < self.written:
+            return st["obs"][nxt]
+        return st["next_obs"][s]
+
+    def sample(self, batch_size: int | None = None):
+        batch_size = batch_size or self.spec.batch_size
+        n = self.spec.nstep
+        self._term = self.store["terminated"].tolist()
+        self._trunc = self.store["truncated"].tolist()
+        reward = self.store["reward"].tolist()
+        held = len(self)
+        if "samples_unwritten" in self.bugs and self.written < self.cap:
+            held = min(held + self.e, self.cap)  # SB3 #1503: the upper bound includes pos
+        eligible = torch.arange(held)
+        if n and self.conv.incomplete_windows == "exclude" and "samples_incomplete" not in self.bugs:
+            eligible = torch.tensor([s for s in range(held) if self.complete(s, n)], dtype=torch.long)
+        if len(eligible) == 0:
+            raise RuntimeError("no slot with a complete window, but should be one to sample")
+        index = eligible[torch.randint(len(eligible), (batch_size,), generator=self.gen)]
+        st = self.store
+        rows = st[index].clone()
+        if "index_shifted" in self.bugs:  # tianshou #82: gathers after obs_next shifted the index in place
+            moved = st[torch.tensor([self.succ(s) if self.succ(s) is not None else s for s in index.tolist()])]
+            for key in ("action", "reward", "terminated", "truncated"):
+                rows[key] = moved[key]
+        rows["next_obs"] = torch.stack([self.next_obs(s) for s in index.tolist()])
+        if "extra_terminal" in self.bugs:  # dopamine #228: the step before a termination flagged too
+            rows["terminated"] = rows["terminated"] | torch.tensor(
+                [self.succ(s) is not None and self._term[self.succ(s)] for s in index.tolist()])
+        if n and self.conv.nstep_form == "window":
+            ids = st["id"].tolist()
+            rows["window_id"] = torch.tensor([[ids[p] for p in self.window(s, n)] + [-1] * (n - len(self.window(s, n)))
+                                              for s in index.tolist()], dtype=torch.long).reshape(-1, n)
+        elif n:
+            ret, disc, boot = [], [], []
+            for s in index.tolist():
+                w = self.window(s, n)
+                gamma = self.spec.gamma
+                ret.append(sum(gamma**k * reward[p] for k, p in enumerate(w)))
+                terminal = self._term[w[-1]]
+                if "done_mask_ignored" in self.bugs:
+                    terminal = False
+                power = 1 if "gamma_not_gamma_n" in self.bugs else len(w)
+                disc.append(0.0 if terminal else gamma**power)
+                boot.append(self.next_obs(w[-1]))
+            rows["nstep_return"] = torch.tensor(ret, dtype=torch.float64)
+            rows["nstep_discount"] = torch.tensor(disc, dtype=torch.float64)
+            rows["nstep_obs"] = torch.stack(boot)
+            if "obs_shifted_by_nstep" in self.bugs:  # ray PR #18358: OBS shared with NEXT_OBS
+                rows["obs"] = rows["nstep_obs"].clone()
+        return rows, {"index": index}
+
+
+def _adapter(name: str, bugs: tuple[str, ...] = (), capabilities=("transitions", "nstep", "env_id"),
+             **conventions) -> Adapter:
+    conv = Conventions(**conventions)
+    return Adapter(name=name, version="mutant", make=lambda spec: SlotTransitions(spec, frozenset(bugs), conv),
+                   capabilities=frozenset(capabilities), conventions=conv)
+
+
+# controls: the same buffer without a bug, with and without the conventions the mutants declare
+
+
+@control
+def slot_transitions():
+    return _adapter("slot_transitions")
+
+
+@control
+def slot_transitions_windows():
+    return _adapter("slot_transitions_windows", nstep_form="window")
+
+
+@control
+def slot_transitions_excluding():
+    return _adapter("slot_transitions_excluding", incomplete_windows="exclude")
+
+
+# mutants, one per real bug
+
+
+@mutant(bug="optimize_memory_usage with timeouts: a truncated step's next obs is the next episode's first obs",
+        catches=(MATCH, TRUNC, WINDOW), control=slot_transitions, reproduces="DLR-RM/stable-baselines3 #934")
+def sb3_934_timeout_bootstraps_from_next_episode():
+    return _adapter("sb3_934", ("final_obs_overwritten",))
+
+
+@mutant(bug="next obs derived from the next slot: a full buffer's newest row's next is the oldest row",
+        catches=(MATCH, WINDOW), control=slot_transitions, reproduces="DLR-RM/stable-baselines3 #1853")
+def sb3_1853_newest_row_next_is_an_old_row():
+    return _adapter("sb3_1853", ("memopt",))
+
+
+@mutant(bug="a buffer that is not full samples the unwritten slot at pos",
+        catches=(MATCH,), control=slot_transitions, reproduces="DLR-RM/stable-baselines3 #1503 (PR #1504)")
+def sb3_1503_samples_the_unwritten_slot():
+    return _adapter("sb3_1503", ("samples_unwritten",))
+
+
+@mutant(bug="the final observation of a truncated episode is lost (the next episode's first obs instead)",
+        catches=(TRUNC, MATCH), control=slot_transitions, reproduces="vwxyzjn/cleanrl #460")
+def cleanrl_460_truncated_final_obs_lost():
+    return _adapter("cleanrl_460", ("truncated_final_obs_lost",))
+
+
+@mutant(bug="n-step windows cross episode ends once the buffer is full",
+        catches=(MATCH, WINDOW), control=slot_transitions, reproduces="younggyoseo/FastTD3 #6")
+def fasttd3_6_windows_cross_episodes_when_full():
+    return _adapter("fasttd3_6_cross", ("cross_episode_when_full",))
+
+
+@mutant(bug="n-step done mask ignored: a window ending on a termination still bootstraps",
+        catches=(MATCH,), control=slot_transitions, reproduces="younggyoseo/FastTD3 PR #7 (done mask)")
+def fasttd3_7_done_mask_ignored():
+    return _adapter("fasttd3_7_done", ("done_mask_ignored",))
+
+
+@mutant(bug="the bootstrap is discounted by gamma where gamma**n belongs",
+        catches=(MATCH, WINDOW), control=slot_transitions, reproduces="younggyoseo/FastTD3 PR #7 (gamma**n)")
+def fasttd3_7_gamma_not_gamma_n():
+    return _adapter("fasttd3_7_gamma", ("gamma_not_gamma_n",))
+
+
+@mutant(bug="before the buffer is full the n-step window wraps modulo capacity into unwritten slots",
+        catches=(MATCH, WINDOW), control=slot_transitions, reproduces="thu-ml/tianshou #135")
+def tianshou_135_nstep_wraps_before_full():
+    return _adapter("tianshou_135", ("wrap_before_full",))
+
+
+@mutant(bug="deriving obs_next shifts the index in place: reward, action and flags of the next row",
+        catches=(MATCH,), control=slot_transitions, reproduces="thu-ml/tianshou #82")
+def tianshou_82_index_shifted_by_obs_next():
+    return _adapter("tianshou_82", ("index_shifted",))
+
+
+@mutant(bug="a window cut short by the write cursor is sampled as if it were valid",
+        catches=(INCOMPLETE,), control=slot_transitions_excluding, reproduces="google/dopamine #213")
+def dopamine_213_truncated_trajectory_taken_as_valid():
+    return _adapter("dopamine_213", ("samples_incomplete",), incomplete_windows="exclude")
+
+
+@mutant(bug="extra terminal elements: the step before a termination is flagged terminal too",
+        catches=(MATCH,), control=slot_transitions, reproduces="google/dopamine #228")
+def dopamine_228_extra_terminal_elements():
+    return _adapter("dopamine_228", ("extra_terminal",))
+
+
+@mutant(bug="n-step over several envs without an env id: the window follows write order",
+        catches=(MATCH, WINDOW), control=slot_transitions, reproduces="chainer/chainerrl PR #442")
+def chainerrl_442_nstep_without_env_id():
+    return _adapter("chainerrl_442", ("no_env_id",))
+
+
+@mutant(bug="optimize_memory: the newest row's next obs is read from uninitialised memory",
+        catches=(MATCH,), control=slot_transitions, reproduces="huggingface/lerobot PR #918")
+def lerobot_918_reads_uninitialised_memory():
+    return _adapter("lerobot_918", ("memopt", "uninitialised"))
+
+
+@mutant(bug="obs shared with next_obs: n-step postprocessing shifts the observations by n",
+        catches=(MATCH,), control=slot_transitions, reproduces="ray-project/ray PR #18358")
+def ray_18358_obs_shifted_by_nstep():
+    return _adapter("ray_18358", ("obs_shifted_by_nstep",))
+
+
+@mutant(bug="the n-step window runs past the write cursor into the oldest (overwritten) rows",
+        catches=(MATCH, WINDOW, INCOMPLETE), control=slot_transitions_windows,
+        reproduces="younggyoseo/FastTD3 #6 (past the cursor)")
+def fasttd3_6_window_crosses_the_write_cursor():
+    """Returns the window itself (``nstep_form="window"``), so that form is checked too."""
+    return _adapter("fasttd3_6_cursor", ("cross_cursor",), nstep_form="window")

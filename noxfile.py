@@ -234,6 +234,7 @@ def bench(session: nox.Session) -> None:
                 "-o", "reports/bench_ratios.md", silent=True)
     session.run("python", "-m", "bench.plot", "reports/bench.json", "-o", "reports/bench_throughput.png")
     session.run("python", "-m", "bench.peers", "--runs", "3", "--out", "reports/peers.json")
+    session.run("python", "-m", "bench.peers", "--costs", "--out", "reports/peers.json")
     session.run("python", "-m", "bench.peers", "--render", "reports/peers.json", "-o", "docs/results/peers.md")
 
 

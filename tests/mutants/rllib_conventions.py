@@ -16,7 +16,7 @@ import math
 import torch
 
 from rbcheck.harness.protocol import Conventions
-from rbcheck.reference.prioritized_sampler import PrioritizedSampler, transform_priority
+from rbcheck.reference.prioritized_sampler import PrioritizedSampler
 from tests.mutants.base import adapter as _adapter
 from tests.mutants.registry import control, mutant
 

@@ -628,7 +628,7 @@ class Bench:
                  extend_sizes=EXTEND_SIZES):
         self.peers, self.capacity, self.width, self.batch, self.log = peers, capacity, width, batch, log
         self.extend_sizes, self.ops = tuple(extend_sizes), ops_for(extend_sizes)
-        if sum(self.extend_sizes) > capacity:  # cpprb's wrapped priorities (docs/findings.md C8)
+        if sum(self.extend_sizes) > capacity:  # cpprb's wrapped priorities (docs/findings.md C10)
             raise ValueError(f"sum(extend sizes)={sum(self.extend_sizes)}, but should be <= capacity "
                              f"({capacity}): the checked extends do not wrap the ring")
         self.base = next(p for p in peers if p.name == BASE)

@@ -40,7 +40,7 @@ class AdoptingStorage(TensorStorage):
         super().set(index, data)
 
 
-@mutant(bug="a first batch that fills the ring is adopted without a copy (zero-copy extend)",
+@mutant(in_process=True, bug="a first batch that fills the ring is adopted without a copy (zero-copy extend)",
         catches=(KEEPS,))
 def extend_adopts_the_callers_batch():
     return _adapter("extend-adopts-the-callers-batch", TensorStorage=AdoptingStorage)
@@ -57,7 +57,7 @@ class SliceViewStorage(TensorStorage):
         return super().get(index)
 
 
-@mutant(bug="a contiguous run of slots is sampled as a slice view of the storage", catches=(SHARES,))
+@mutant(in_process=True, bug="a contiguous run of slots is sampled as a slice view of the storage", catches=(SHARES,))
 def sample_returns_a_view_of_the_storage():
     return _adapter("sample-returns-a-view", TensorStorage=SliceViewStorage)
 
@@ -77,7 +77,7 @@ class ReusedOutputBuffer(ReplayBuffer):
         return out[key], info
 
 
-@mutant(bug="an internal output buffer returned by reference, rewritten by the next sample",
+@mutant(in_process=True, bug="an internal output buffer returned by reference, rewritten by the next sample",
         catches=(SHARES,), reproduces="Farama-Foundation/SuperSuit PR #116")
 def sample_returns_its_output_buffer():
     return _adapter("sample-returns-its-output-buffer", ReusedOutputBuffer)
@@ -96,7 +96,7 @@ class SortingBuffer(ReplayBuffer):
         super().update_priority(index, priority, generation)
 
 
-@mutant(bug="update_priority sorts the caller's index in place", catches=(ARGS,),
+@mutant(in_process=True, bug="update_priority sorts the caller's index in place", catches=(ARGS,),
         reproduces="thu-ml/tianshou #82")
 def update_sorts_the_callers_index():
     return _adapter("update-sorts-the-callers-index", SortingBuffer)
@@ -111,7 +111,7 @@ class TaggingBuffer(ReplayBuffer):
         return slot
 
 
-@mutant(bug="add writes its bookkeeping into the caller's row", catches=(ARGS,), reproduces="cpprb #116")
+@mutant(in_process=True, bug="add writes its bookkeeping into the caller's row", catches=(ARGS,), reproduces="cpprb #116")
 def add_writes_into_the_callers_row():
     return _adapter("add-writes-into-the-callers-row", TaggingBuffer)
 
@@ -143,6 +143,6 @@ class DeferredBuffer(ReplayBuffer):
         self.sampler.update_priority(index, priority, generation, current_generation=current)
 
 
-@mutant(bug="priority updates queued with the caller's tensors and applied later", catches=(KEEPS,))
+@mutant(in_process=True, bug="priority updates queued with the caller's tensors and applied later", catches=(KEEPS,))
 def update_queues_the_callers_tensors():
     return _adapter("update-queues-the-callers-tensors", DeferredBuffer, PrioritizedSampler=DeferredSampler)

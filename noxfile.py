@@ -35,7 +35,7 @@ def ensure_torchrl_extension(session: nox.Session) -> None:
     """Rebuild TorchRL's C++ extension where the shipped one does not load
     against this torch (cached; a failure is reported, TorchRL's prioritized
     sampler then shows as unavailable with the compiler's error)."""
-    session.run("python", "-m", "rbcheck.harness.torchrl_build", "--cache", TORCHRL_BUILD_CACHE)
+    session.run("python", "tools/torchrl_build.py", "--cache", TORCHRL_BUILD_CACHE)
 
 
 @nox.session
@@ -205,7 +205,7 @@ def history(session: nox.Session) -> None:
     (built once, cached); writes reports/torchrl_history.md and .json."""
     install(session, "test", "torchrl")  # torchrl 0.14.1 brings every release's dependencies
     session.env.setdefault("RBCHECK_PROFILE", "ci")
-    session.run("python", "-m", "rbcheck.harness.torchrl_history", "--cache", TORCHRL_BUILD_CACHE,
+    session.run("python", "-m", "tools.torchrl_history", "--cache", TORCHRL_BUILD_CACHE,
                 "--prefixes", f"{session.virtualenv.location}/torchrl", *TORCHRL_HISTORY,
                 *session.posargs)
 
@@ -234,6 +234,7 @@ def bench(session: nox.Session) -> None:
                 "-o", "reports/bench_ratios.md", silent=True)
     session.run("python", "-m", "bench.plot", "reports/bench.json", "-o", "reports/bench_throughput.png")
     session.run("python", "-m", "bench.peers", "--runs", "3", "--out", "reports/peers.json")
+    session.run("python", "-m", "bench.peers", "--costs", "--out", "reports/peers.json")
     session.run("python", "-m", "bench.peers", "--render", "reports/peers.json", "-o", "docs/results/peers.md")
 
 

@@ -332,7 +332,7 @@ class TorchRL(Peer):
         why = probe_prioritized()
         if why is not None:
             self.has_prioritized = False
-            self.prioritized_reason = (f"{why} (`python -m rbcheck.harness.torchrl_build` rebuilds the "
+            self.prioritized_reason = (f"{why} (`python tools/torchrl_build.py` rebuilds the "
                                        "extension against this torch)")
         return None
 

@@ -65,7 +65,7 @@ def _served_buffer(capacity: int, prioritized: bool):
 def _tasks():
     import ray
 
-    from rbcheck.harness.concurrency import make_rows, torn_rows
+    from rbcheck.harness.concurrency_checks import make_rows, torn_rows
 
     @ray.remote(num_cpus=0, max_retries=0)
     def write(client, writer: int, batches: int, rows: int, width: int) -> float:

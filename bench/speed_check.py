@@ -5,7 +5,7 @@
                                    [--scalar]  # the descent's scalar code, not AVX2
                                    [--no-torchrl]  # leave TorchRL's sampler out
                                    [--build-torchrl]  # rebuild TorchRL's extension first if it
-                                                      # does not load (rbcheck.harness.torchrl_build)
+                                                      # does not load (tools/torchrl_build.py)
 
 Fills a reference buffer and the variants with the same rows (obs
 float32[8], action float32[2], reward float32[1]) and priorities, checks that
@@ -27,8 +27,8 @@ repetitions of:
 * the same three for TorchRL's ``PrioritizedSampler`` (a
   ``TensorDictReplayBuffer`` over a ``LazyTensorStorage``, filled with the
   same rows and priorities) when TorchRL is installed and its C++ extension
-  loads (else the reason is printed; ``--build-torchrl``, or ``python -m
-  rbcheck.harness.torchrl_build`` as ``nox -s bench`` runs it, rebuilds a
+  loads (else the reason is printed; ``--build-torchrl``, or ``python
+  tools/torchrl_build.py`` as ``nox -s bench`` runs it, rebuilds a
   shipped extension that does not load against this torch). Each gets priorities in the dtype its
   trees hold: float64 for rbcheck, float32 for TorchRL's trees.
 
@@ -79,14 +79,14 @@ def build_torchrl(capacity: int, rebuild: bool = False):
     first rebuild its C++ extension where the shipped one does not load."""
     try:
         if rebuild:
-            from rbcheck.harness.torchrl_build import default_cache, ensure
+            from tools.torchrl_build import default_cache, ensure
 
             print(f"TorchRL's extension: {ensure(default_cache())[1]}")
         from rbcheck.harness.adapters.torchrl import probe_prioritized
 
         why = probe_prioritized()
         if why is not None:
-            return None, (f"{why} (--build-torchrl or `python -m rbcheck.harness.torchrl_build` "
+            return None, (f"{why} (--build-torchrl or `python tools/torchrl_build.py` "
                           f"rebuilds the extension against this torch)")
         from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
         from torchrl.data.replay_buffers.samplers import PrioritizedSampler
@@ -142,7 +142,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--no-torchrl", action="store_true", help="leave TorchRL's sampler out")
     parser.add_argument("--build-torchrl", action="store_true",
                         help="rebuild TorchRL's C++ extension first where the shipped one does not "
-                             "load against this torch (cached; rbcheck.harness.torchrl_build)")
+                             "load against this torch (cached; tools/torchrl_build.py)")
     parser.add_argument("--threads", default="1,0",
                         help="comma-separated torch CPU thread counts, 0 = torch's default "
                              "(on a busy 2-core machine 1 is far less noisy)")

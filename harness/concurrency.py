@@ -9,13 +9,7 @@ where its clients live, e.g. as Ray tasks in other processes; the handle has
 ``join_result(timeout) -> slots`` and, optionally, ``cancel()``); samplers, the
 updater and the saver are threads of this process (the learner's side).
 
-Rows
-----
-Every row carries ``writer`` (int64), ``seq`` (int64, the writer's own row
-number, 0, 1, 2, ...), ``payload`` (int64 ``[width]``, a function of the two)
-and ``checksum`` (int64, a function of all three plus a salt, so a zero row
-that was never written fails it too). A row assembled from two writes (one
-column from each) or never written fails :func:`torn_rows`.
+Rows are made and checked by :mod:`rbcheck.harness.concurrency_checks`.
 
 What "correct" means (the spec of sharing)
 ------------------------------------------
@@ -53,21 +47,18 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
+from rbcheck.harness.concurrency_checks import make_rows, update_priority_of
 from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec
 
-#: The tag columns every concurrency row carries.
-TAG_KEYS = ("writer", "seq", "payload", "checksum")
-#: Added to every checksum: an all-zero (never written) row does not pass.
-SALT = 0x5DEECE66D
 #: Wall-clock budget of one run's own work (all threads and writers together),
 #: seconds; a buffer that declares a per-call bound gets that much more
 #: (:func:`run_limit`).
@@ -79,64 +70,12 @@ STOP_GRACE_S = 1.0
 POLL_S = 0.005
 #: Thread switch interval while a run is under way (seconds; Python's default is 0.005).
 SWITCH_INTERVAL_S = 1e-5
-
-
-# --------------------------------------------------------------------------
-# rows
-# --------------------------------------------------------------------------
-
-
-def payload_of(writer: torch.Tensor, seq: torch.Tensor, width: int) -> torch.Tensor:
-    """int64 ``[n, width]``: distinct per (writer, seq, column), below 2**31."""
-    base = writer.to(torch.int64) * 1_000_003 + seq.to(torch.int64) * 7_919 + 17
-    k = torch.arange(width, dtype=torch.int64)
-    return (base[:, None] * 2_654_435_761 + k * 40_503 + 12_345) % 2**31
-
-
-def checksum_of(writer: torch.Tensor, seq: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
-    """int64 ``[n]`` over the tags and the payload (no overflow for width <= 64)."""
-    weights = torch.arange(1, payload.shape[-1] + 1, dtype=torch.int64) * 31
-    return (payload * weights).sum(-1) + writer.to(torch.int64) * 3_000_017 + seq.to(torch.int64) * 101 + SALT
-
-
-def make_rows(writer: int, start: int, n: int, width: int) -> TensorDictBase:
-    """Rows ``start .. start+n-1`` of writer ``writer`` (batch ``[n]``)."""
-    w = torch.full((n,), writer, dtype=torch.int64)
-    s = torch.arange(start, start + n, dtype=torch.int64)
-    p = payload_of(w, s, width)
-    return TensorDict({"writer": w, "seq": s, "payload": p, "checksum": checksum_of(w, s, p)}, batch_size=[n])
-
-
-def torn_rows(rows: TensorDictBase, totals: Sequence[int]) -> list[str]:
-    """Descriptions of rows that are not whole or were never written: the
-    checksum does not match, or ``(writer, seq)`` is not a row some writer
-    wrote (``totals[w]`` rows by writer ``w``). Empty when all are whole."""
-    missing = [k for k in TAG_KEYS if k not in rows.keys()]
-    if missing:
-        return [f"keys {missing} missing from the rows (keys: {sorted(rows.keys())})"]
-    w, s, p, c = (rows.get(k).cpu() for k in TAG_KEYS)
-    w, s, c = w.reshape(-1), s.reshape(-1), c.reshape(-1)
-    p = p.reshape(len(w), -1)
-    bad = []
-    good_sum = checksum_of(w, s, p) == c
-    good_payload = (payload_of(w, s, p.shape[-1]) == p).all(-1)
-    limits = torch.as_tensor(list(totals) or [0], dtype=torch.int64)
-    known = (w >= 0) & (w < len(totals)) & (s >= 0)
-    known &= s < limits[w.clamp(0, max(len(totals) - 1, 0))]
-    for i in torch.nonzero(~(good_sum & good_payload & known)).reshape(-1)[:5].tolist():
-        why = "checksum mismatch" if not good_sum[i] else "payload of another row" if not good_payload[i] else "a tag no writer wrote"
-        bad.append(f"row {i}: writer={int(w[i])} seq={int(s[i])} checksum={int(c[i])} ({why})")
-    return bad
-
-
-def tags(rows: TensorDictBase) -> list[tuple[int, int]]:
-    return list(zip(rows.get("writer").reshape(-1).tolist(), rows.get("seq").reshape(-1).tolist(), strict=True))
-
-
-def update_priority_of(writer: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
-    """The raw priority the updater gives a row it sampled: distinct per tag,
-    in (0, 0.5], so below the initial max priority 1.0 (new rows keep 1.0)."""
-    return 1.0 / (2.0 + writer.to(torch.float64) * 100_003 + seq.to(torch.float64))
+#: The most saves one run makes (``Workload.saves``) and the most batches one
+#: sampler draws (``Workload.keep_sampling``): a race shows only when a thread
+#: switch lands in its window, so a run gives it many windows, as many as
+#: the writers' work leaves room for.
+MAX_SAVES = 16
+MAX_SAMPLES = 64
 
 
 # --------------------------------------------------------------------------
@@ -185,7 +124,13 @@ class Workload:
     width: int = 2
     updates: int = 0  # sample -> update_priority round trips of the updater
     checkpoint: bool = False  # a save while the writers run
+    saves: int = 1  # with checkpoint: saves one after another while the writers run (at most)
+    keep_sampling: bool = False  # samplers go on past `samples` batches while the writers run
     after_writers: bool = False  # samplers start once every writer is done
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.saves <= MAX_SAVES:
+            raise ValueError(f"saves={self.saves}, but should be in [1, {MAX_SAVES}]")
 
     @property
     def totals(self) -> tuple[int, ...]:
@@ -220,7 +165,7 @@ class Record:
     slots: dict[int, list[list[int]]] = field(default_factory=dict)  # writer -> slots per extend
     samples: list[Sample] = field(default_factory=list)
     updates: list[Update] = field(default_factory=list)
-    checkpoint: Path | None = None
+    checkpoints: list[Path] = field(default_factory=list)  # every save that returned, in order
     errors: list[str] = field(default_factory=list)  # "<who>: <call> raised <error>"
     hung: list[str] = field(default_factory=list)  # threads that did not stop (daemons left running)
     limit_s: float = 0.0  # the run's wall-clock limit
@@ -302,7 +247,7 @@ def run_workload(buffer: Any, workload: Workload, save_to: Path | None = None,
                  timeout: float | None = None) -> Record:
     """Run ``workload`` on ``buffer``: the writers, ``samplers`` sampler
     threads, the updater (``updates > 0``) and the saver (``checkpoint``,
-    into ``save_to``) at once. Returns what was observed; errors raised
+    into ``save_to``, or ``save_to/save-<i>`` for each of several saves) at once. Returns what was observed; errors raised
     inside a thread are collected in ``Record.errors`` (the first stops the
     run); a thread still running after ``timeout`` seconds (default
     :func:`run_limit`), or a call over the buffer's declared per-call bound,
@@ -343,14 +288,21 @@ def run_workload(buffer: Any, workload: Workload, save_to: Path | None = None,
         with calling(f"sample({workload.sample_batch})"):
             return buffer.sample(workload.sample_batch)
 
+    def more_samples(i: int) -> bool:
+        if i < workload.samples:
+            return True
+        return workload.keep_sampling and i < MAX_SAMPLES and not writers_done.is_set()
+
     def sampler(m: int) -> None:
         if not wait_for_rows(f"sampler {m}"):
             return
-        for i in range(workload.samples):
+        i = 0
+        while more_samples(i):
             if not nap(m + i):
                 return
             rows, info = sample()
             record.samples.append(Sample(m, rows, dict(info)))
+            i += 1
 
     def updater() -> None:
         if not wait_for_rows("updater"):
@@ -366,11 +318,15 @@ def run_workload(buffer: Any, workload: Workload, save_to: Path | None = None,
             _update(buffer, record, *held, held=True)
 
     def saver() -> None:
-        if not wait_for_rows("saver") or not nap(1):
+        if not wait_for_rows("saver"):
             return
-        with calling("save(path)"):
-            buffer.save(save_to)
-        record.checkpoint = save_to
+        for i in range(workload.saves):
+            if not nap(1 + i) or (i and writers_done.is_set()):
+                return  # a save once the writes are over races nothing
+            path = save_to if workload.saves == 1 else save_to / f"save-{i}"
+            with calling(f"save(<path {i}>)"):
+                buffer.save(path)
+            record.checkpoints.append(path)
 
     threads = [_Thread(f"sampler {m}", lambda m=m: sampler(m)) for m in range(workload.samplers)]
     if workload.updates:
@@ -469,124 +425,6 @@ def _update(buffer: Any, record: Record, rows: TensorDictBase, info: dict, held:
 
 
 # --------------------------------------------------------------------------
-# the state a run left
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class State:
-    """What a buffer holds, read after a run (or from a loaded snapshot)."""
-
-    length: int
-    write_count: int
-    cursor: int
-    capacity: int
-    rows: TensorDictBase  # slots 0 .. length-1
-
-    @classmethod
-    def of(cls, buffer: Any, capacity: int) -> State:
-        return cls(len(buffer), buffer.write_count, buffer.cursor, capacity, buffer.contents())
-
-    def ring_order(self) -> list[int]:
-        """Slots oldest to newest: 0 .. length-1, or from the cursor once full."""
-        if self.length < self.capacity:
-            return list(range(self.length))
-        return [(self.cursor + i) % self.capacity for i in range(self.capacity)]
-
-
-def ring_problems(state: State, totals: Sequence[int], final: bool) -> list[tuple[str, Any, Any]]:
-    """``(what, got, expected)`` for each way ``state`` is not the last
-    ``capacity`` rows of one interleaving of the writers' rows that keeps each
-    writer's order (``final``: every writer wrote all its rows; otherwise a
-    snapshot taken part way, so each writer wrote some prefix of its rows)."""
-    out = []
-    cap, wc = state.capacity, state.write_count
-    total = sum(totals)
-    if final and wc != total:
-        out.append(("write_count", wc, f"{total} (the rows written: {list(totals)} per writer)"))
-    if not final and not 0 <= wc <= total:
-        out.append(("write_count of the snapshot", wc, f"in [0, {total}]"))
-    if state.length != min(wc, cap):
-        out.append(("len", state.length, f"min(write_count={wc}, capacity={cap})"))
-    if state.cursor != wc % cap:
-        out.append(("cursor", state.cursor, f"write_count % capacity = {wc % cap}"))
-    if out:
-        return out
-    order = [tags(state.rows[[i]])[0] for i in state.ring_order()]
-    per_writer: dict[int, list[int]] = {}
-    for w, s in order:
-        per_writer.setdefault(w, []).append(s)
-    for w, seqs in sorted(per_writer.items()):
-        if not 0 <= w < len(totals):
-            out.append(("a row's writer", w, f"one of 0..{len(totals) - 1}"))
-            continue
-        want_end = totals[w] if final else seqs[-1] + 1
-        want = list(range(want_end - len(seqs), want_end))
-        if seqs != want:
-            out.append((f"writer {w}'s sequence numbers in ring order", _short(seqs),
-                        f"{_short(want)}: its last rows, each once, in write order"))
-    if out:
-        return out
-    if wc <= cap:  # nothing overwritten: every row written so far is here
-        if final:
-            for w in range(len(totals)):
-                if totals[w] and w not in per_writer:
-                    out.append((f"rows of writer {w}", 0, f"{totals[w]} (nothing was overwritten)"))
-        for w, seqs in per_writer.items():
-            if seqs and seqs[0] != 0:
-                out.append((f"writer {w}'s first sequence number", seqs[0], "0 (nothing was overwritten)"))
-    else:
-        written = sum(seqs[-1] + 1 for seqs in per_writer.values())
-        absent = sum(totals[w] for w in range(len(totals)) if w not in per_writer)
-        if not written <= wc <= written + absent:
-            out.append(("write_count", wc, f"between {written} and {written + absent} "
-                        f"(the rows up to the last of each writer present, plus absent writers' rows)"))
-    return out
-
-
-def slot_problems(state: State, slots: dict[int, list[list[int]]]) -> list[tuple[str, Any, Any]]:
-    """Each surviving row sits in the slot its ``extend`` returned for it."""
-    where: dict[tuple[int, int], int] = {}
-    for w, batches in slots.items():
-        seq = 0
-        for batch in batches:
-            for slot in batch:
-                where[(w, seq)] = slot
-                seq += 1
-    out = []
-    for slot, tag in enumerate(tags(state.rows)):
-        if tag in where and where[tag] != slot:
-            out.append((f"slot of row writer={tag[0]} seq={tag[1]}", slot,
-                        f"{where[tag]}, the slot its extend returned"))
-            if len(out) >= 3:
-                break
-    return out
-
-
-def _short(seqs: list[int], limit: int = 12) -> str:
-    return str(seqs) if len(seqs) <= limit else f"{seqs[:limit // 2]}...{seqs[-limit // 2:]} ({len(seqs)} rows)"
-
-
-def identical_batches(samples: Sequence[Sample]) -> list[tuple[int, int]]:
-    """Pairs of sample numbers whose index batches are identical."""
-    seen: dict[tuple[int, ...], int] = {}
-    pairs = []
-    for i, s in enumerate(samples):
-        key = tuple(torch.as_tensor(s.info["index"]).reshape(-1).tolist())
-        if key in seen:
-            pairs.append((seen[key], i))
-        else:
-            seen[key] = i
-    return pairs
-
-
-def repeat_bound(batches: int, batch: int, size: int) -> float:
-    """Probability that two of ``batches`` independent uniform batches of
-    ``batch`` draws over ``size`` slots are identical (union bound)."""
-    return math.comb(batches, 2) * float(size) ** -batch
-
-
-# --------------------------------------------------------------------------
 # the reference behind one lock: the spec of a shared buffer
 # --------------------------------------------------------------------------
 
@@ -654,8 +492,6 @@ def locked_reference_adapter() -> Adapter:
 assert "concurrent" in CAPABILITIES
 
 __all__ = [
-    "SALT", "STOP_GRACE_S", "TAG_KEYS", "TIMEOUT_S", "LockedBuffer", "Record", "Sample", "State", "Update",
-    "Workload", "WriterJob", "checksum_of", "identical_batches", "locked",
-    "call_timeout", "calling", "locked_reference_adapter", "make_rows", "payload_of", "repeat_bound", "ring_problems",
-    "run_limit", "run_workload", "run_writer", "slot_problems", "tags", "torn_rows", "update_priority_of",
+    "STOP_GRACE_S", "TIMEOUT_S", "LockedBuffer", "Record", "Sample", "Update", "Workload", "WriterJob",
+    "call_timeout", "calling", "locked", "locked_reference_adapter", "run_limit", "run_workload", "run_writer",
 ]

@@ -27,7 +27,7 @@ One installed namespace:
 
 In the repository the first three live in the top-level folders
 ``reference/``, ``variants/`` and ``harness/``; ``pyproject.toml`` maps them
-into this namespace (README, "Layout").
+into this namespace (docs/design.md, "The parts").
 
 Importing ``rbcheck`` is light (no torch, no hypothesis): pytest imports it
 for ``-p rbcheck``, and the names below load on first use.

@@ -242,3 +242,32 @@ def test_slice_check_needs_consecutive_slots_of_one_episode():
     crossing = wl.make_rows(2 * wl.SLICE_LEN, 2, start=wl.EPISODE_LEN - 10)
     with pytest.raises(AssertionError, match="slice episodes"):
         wl.check_slices(index, crossing, 2**16, "t")
+
+
+def test_results_pages_are_what_their_data_renders():
+    """Every generated page of docs/results/ is exactly what
+    ``python -m bench.results`` renders from its recorded JSON
+    (docs/results/data/): a page is never edited by hand."""
+    from bench import results
+
+    assert results.records(), "docs/results/data/ holds no recorded run, but should hold at least one"
+    assert results.stale_pages() == [], "run python -m bench.results"
+
+
+def test_results_render_a_conformance_run_and_refuse_other_json(tmp_path):
+    """The control: a recorded conformance run renders its provenance and
+    table; JSON of another kind is refused naming what it should be."""
+    from bench import results
+
+    report = {"order": ["x"], "rows": [],
+              "implementations": {"x": {"status": "ran", "why": "", "version": "1", "third_party": False,
+                                        "counts": {"pass": 1}, "seconds": 1.0, "shrink_seconds": None,
+                                        "capabilities": [], "unavailable": {}, "conventions": {},
+                                        "under_convention": 0, "exitstatus": 0, "errors": [],
+                                        "warnings": [], "robustness": {}}}}
+    record = {"name": "n", "title": "T", "command": "c", "measured": "d", "machine": "m",
+              "kind": results.kind_of(report), "data": report}
+    page = results.render(record)
+    assert page.startswith("# T\n") and "- command: `c`" in page and "| x |" in page
+    with pytest.raises(ValueError, match="but should be a conformance report"):
+        results.kind_of({"other": 1})

@@ -81,6 +81,27 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
+#: What the wheel must not ship (issue 18): the mutants (the repository's
+#: tests/mutants) and the repository tools (tools/: TorchRL's extension
+#: build, the TorchRL release history, the speed check), under any name.
+NOT_SHIPPED = ("mutants", "torchrl_build", "torchrl_history", "speed_check")
+
+
+def repository_only(names) -> list[str]:
+    """The names among ``names`` (paths in the wheel) that are repository-only."""
+    return sorted(n for n in names
+                  if n.split("/", 1)[0] in ("tests", "tools")
+                  or any(part.startswith(NOT_SHIPPED) for part in n.split("/")))
+
+
+def test_mapped_folders_hold_no_mutants_nor_tools():
+    """Fast (no build): every file the packages map into the wheel is one
+    users call; the mutants and the tools live outside them."""
+    shipped = repository_only(package_files())
+    assert not shipped, f"repository-only files in the installed package={shipped}, but should be none"
+    assert (ROOT / "tools" / "torchrl_build.py").exists() and (ROOT / "tests" / "mutants" / "registry.py").exists()
+
+
 def test_wheel_holds_every_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = package_files()
@@ -90,6 +111,8 @@ def test_wheel_holds_every_data_file(wheel):
     assert not missing, f"files missing from the wheel={missing}, but should be none (package-data)"
     tops = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
     assert tops == {"rbcheck"}, f"top-level names in the wheel={sorted(tops)}, but should be ['rbcheck']"
+    shipped = repository_only(names)
+    assert not shipped, f"repository-only files in the wheel={shipped}, but should be none (mutants, tools)"
 
 
 # ----------------------------------------------------------- installed wheel

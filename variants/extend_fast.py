@@ -22,8 +22,9 @@ another ``arange``, and the storage walked the batch's items once more.
    and priorities (finite, >= 0) and computes ``priority + eps`` and the new
    max priority, torch's ``pow`` finishes the reference's transform (the
    same bits), one C pass checks no transform overflowed and commits the
-   max, and one C call writes both trees (``PrioritizedSampler._update_native``,
-   the path ``update_priority`` already takes). A failed check changes
+   max, and one C call per ring segment writes both trees' leaves and
+   recomputes each ancestor of the range once (``native.update_range``; through
+   ``PrioritizedSampler._update_native``, the path ``update_priority`` takes). A failed check changes
    nothing and returns None: the full path then raises the reference's
    error. Without a priority column: the max priority, as ``on_write``;
 3. only then the writes, which cannot fail: each column with one or two
@@ -101,7 +102,7 @@ def try_extend(buffer, data) -> torch.Tensor | None:
         if priority is None and key is not None and key in data.keys(include_nested=True):
             return None  # a nested priority key: the full path
         if priority is not None:
-            if priority.dim() != 1 or not sampler._update_native(index, priority):
+            if priority.dim() != 1 or not sampler._update_native(index, priority, first):
                 return None  # another shape, or a check failed: nothing changed
         else:
             sampler._store(index, sampler._max_priority.expand(n))

@@ -147,12 +147,13 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         keep = None if keep is None else keep.to(self.device)
         self._store(index, raw, keep)
 
-    def _update_native(self, index, priority) -> bool:
+    def _update_native(self, index, priority, first: int | None = None) -> bool:
         """``update_priority``'s happy path on the CPU: one C pass checks the indices
         and priorities, widens them to float64, adds eps and finds the new max
         priority; torch's pow finishes the transform (the reference's op: same bits);
         one C pass checks that no transform overflowed and only then commits the max;
-        one C call updates both trees. False when it does not apply or a check fails
+        one C call updates both trees (``first``: ``index`` is the ring slots ``first,
+        first + 1, ...``, written as one or two ranges). False when it does not apply or a check fails
         (nothing changed): the full path then runs (and raises the reference's error)."""
         if not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
                 or index.dtype != torch.long or index.dim() != 1 or not len(index) \
@@ -168,8 +169,15 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
         if not native.finish_update(value, high, self._max_priority):
             return False  # a transform overflowed float64
-        native.update(self.sum_tree.raw_nodes, False, self.min_tree.raw_nodes, True, self.sum_tree.size,
-                      self.capacity, index, value, None, None, shadow=True)
+        trees = (self.sum_tree.raw_nodes, False, self.min_tree.raw_nodes, True, self.sum_tree.size,
+                 self.capacity)
+        if first is None:
+            native.update(*trees, index, value, None, None, shadow=True)
+        else:  # index is first, first + 1, ... (mod capacity): an extend's slots, each ancestor once
+            head = min(len(index), self.capacity - first)
+            native.update_range(*trees, first, value[:head], shadow=True)
+            if head < len(index):
+                native.update_range(*trees, 0, value[head:], shadow=True)
         self.sum_tree.mark_stale()
         self.min_tree.mark_stale()
         return True

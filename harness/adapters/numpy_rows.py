@@ -84,10 +84,12 @@ def as_torch(array: Any) -> torch.Tensor:
     """``array`` as a tensor sharing its memory (no copy): what a library
     returns is handed through as it is, so a returned array that aliases the
     library's storage is seen by the ownership properties. Only memory torch
-    cannot view (negative strides) is copied."""
+    cannot view (negative strides, strides that are not a multiple of the
+    item size: rows of bytes viewed as wider types) is copied; the SB3
+    adapter checks what SB3 returns at its boundary instead."""
     array = np.asarray(array)
-    if any(stride < 0 for stride in array.strides):
-        array = np.ascontiguousarray(array)
+    if any(stride < 0 or stride % max(array.itemsize, 1) for stride in array.strides):
+        array = np.array(array, copy=True, order="C")  # a copy even where NumPy calls it contiguous
     with warnings.catch_warnings():  # a read-only array: torch warns that writes would be undefined
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.as_tensor(array)

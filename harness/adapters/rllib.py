@@ -60,6 +60,13 @@ boundary and observes the library's own indices):
 * ``indices_from_uniforms(u)`` (``shared_rng``): the library's own
   ``_sample_proportional(len(u))`` (prb.py:85-92) with ``random.random``
   returning the given uniforms in order for that call.
+* ``spec.batch_size`` is the default ``num_items`` of ``sample``;
+  ``spec.layout`` decodes the columns back into TensorDict rows; the slice
+  fields, ``transform``, ``pin_memory`` and ``device`` have no counterpart
+  (NumPy on the CPU: those capabilities are not declared), nor do
+  ``num_envs``, ``nstep`` and ``gamma`` (the old stack stores single steps;
+  its n-step returns are computed outside the buffer, so "transitions" and
+  "nstep" are not declared).
 * no ``save``/``load``: ``get_state()`` returns the live storage list of
   ``SampleBatch`` objects and the trees' lists (not copies, rb.py:345,
   st.py:164-165) with no serializer of its own; a file format would be the

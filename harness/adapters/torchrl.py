@@ -71,7 +71,7 @@ release    mapping
 =========  ==============================================================
 
 All of them need ``torchrl._torchrl``; where the shipped binary does not load
-against the installed torch, ``python -m rbcheck.harness.torchrl_build``
+against the installed torch, the repository's ``tools/torchrl_build.py``
 rebuilds it (from 0.14.1's ``csrc/`` for releases without sources) and the
 version string says so. Known failures: ``known_failures/torchrl-<release>.txt``
 when it exists, else ``known_failures/torchrl.txt``.
@@ -84,8 +84,10 @@ adapter is loaded.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import importlib.util
+import json
 import math
 import re
 import warnings
@@ -177,14 +179,36 @@ def probe_prioritized() -> str | None:
     return None
 
 
-def extension_record() -> dict | None:
-    """What ``rbcheck.harness.torchrl_build`` did to this torchrl, or None."""
-    from rbcheck.harness import torchrl_build
+#: The record ``tools/torchrl_build.py`` leaves in the torchrl package it rebuilt.
+MARKER = "_rbcheck_extension.json"
 
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_marker(package: Path) -> dict | None:
+    """What ``tools/torchrl_build.py`` did to the torchrl at ``package``, or
+    None. A "rebuilt" record whose binary is no longer in place (torchrl
+    reinstalled) is stale and ignored."""
+    try:
+        marker = json.loads((package / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if marker.get("status") == "rebuilt":
+        names = marker.get("replaced") or []
+        if not names or not all((package / n).exists() and sha256_of(package / n) == marker.get("sha256")
+                                for n in names):
+            return None
+    return marker
+
+
+def extension_record() -> dict | None:
+    """What ``tools/torchrl_build.py`` did to this torchrl, or None."""
     spec = importlib.util.find_spec("torchrl")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return torchrl_build.read_marker(Path(next(iter(spec.submodule_search_locations))))
+    return read_marker(Path(next(iter(spec.submodule_search_locations))))
 
 
 def known_failures_file(release: str) -> Path | None:

@@ -100,7 +100,7 @@ def test_damaged_checkpoint_is_refused_and_nothing_changes(impl, fault, tmp_path
     if "symlink" in fault and not hasattr(os, "symlink"):
         pytest.skip("no symlinks on this platform")
     damage = FAULTS[fault]
-    trace = Trace(impl.name, spec)
+    trace = Trace(impl, spec)
     buf = source(impl, spec)
     saved = untouched(lambda: source(impl, spec), spec, impl)
     buf.save(tmp_path / "probe")
@@ -121,7 +121,7 @@ def test_missing_or_empty_directory_is_refused(impl, tmp_path):
     """exact: loading from a path that does not exist, or an empty directory,
     raises and leaves the buffer unchanged."""
     spec = spec_for(impl)
-    trace = Trace(impl.name, spec)
+    trace = Trace(impl, spec)
     (tmp_path / "empty").mkdir()
     (tmp_path / "outside").mkdir()
     problems = [load_problem(impl, spec, path, tmp_path / "outside", {}, False, path.name)
@@ -183,7 +183,7 @@ def test_checkpoint_that_does_not_fit_is_refused(impl, misfit, tmp_path):
     generator's state (another seed): a load that took either before
     refusing shows in the next sample (seedable adapters)."""
     spec = spec_for(impl)
-    trace = Trace(impl.name, spec)
+    trace = Trace(impl, spec)
     saved = source(impl, spec)
     saved.save(tmp_path / "ckpt")
     other, data = MISFITS[misfit](impl, spec)
@@ -220,7 +220,7 @@ def test_interrupted_save_leaves_a_loadable_checkpoint(impl, how, tmp_path):
     failing with OSError) at its k-th filesystem operation, for every k,
     leaves a directory that loads exactly as A or as B."""
     spec = spec_for(impl)
-    trace = Trace(impl.name, spec)
+    trace = Trace(impl, spec)
     buf_a, buf_b = source(impl, spec), source(impl, spec, extra=3)
     state_a = untouched(lambda: source(impl, spec), spec, impl)
     state_b = untouched(lambda: source(impl, spec, extra=3), spec, impl)

@@ -97,7 +97,7 @@ def test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical
     over it; the directory then loads exactly as the last save. A save may
     refuse such a directory instead: it raises and writes nothing."""
     spec = spec_for(impl)
-    trace = Trace(impl.name, spec)
+    trace = Trace(impl, spec)
     probe = tmp_path / "probe"
     source(impl, spec).save(probe)
     written = {p.name for p in probe.iterdir()}

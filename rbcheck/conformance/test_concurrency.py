@@ -27,9 +27,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rbcheck.harness.assertions import Trace, assert_chi_square, fail
-from rbcheck.harness.concurrency import (
+from rbcheck.harness.concurrency import MAX_SAVES, Workload
+from rbcheck.harness.concurrency_checks import (
     State,
-    Workload,
     identical_batches,
     make_rows,
     repeat_bound,
@@ -48,13 +48,18 @@ FALSE_ALARM = 1e-4
 #: independent batches coincide with probability below REPEAT_ALARM
 DIST_BATCH = 32
 REPEAT_ALARM = 1e-6
+#: most extends per writer in the properties that look for a race: a race
+#: shows only when a thread switch falls in its window (nothing widens it), so
+#: each run gives it many windows: many extends, samplers that go on while
+#: the writers write, saves one after another while they write
+RACE_EXTENDS = 12
 READBACK = ("priority_readback",) if "priority_readback" in CAPABILITIES else ()
 
 
 @st.composite
-def workloads(draw, *, max_writers: int = 3, max_samplers: int = 2, max_batch: int = 8,
+def workloads(draw, *, min_writers: int = 1, max_writers: int = 3, max_samplers: int = 2, max_batch: int = 8,
               max_extends: int = 5, **fixed) -> Workload:
-    k = draw(st.integers(1, max_writers), label="writers")
+    k = draw(st.integers(min_writers, max_writers), label="writers")
     writers = tuple(
         tuple(draw(st.lists(st.integers(1, max_batch), min_size=1, max_size=max_extends),
                    label=f"writer {w} extends"))
@@ -105,7 +110,8 @@ def _run(impl, spec, workload, trace, save_to=None):
 
 def _trace(impl, spec) -> Trace:
     trace = Trace(impl, spec)
-    trace.lets.append("from rbcheck.harness.concurrency import State, Workload, run_workload")
+    trace.lets.append("from rbcheck.harness.concurrency import Workload, run_workload")
+    trace.lets.append("from rbcheck.harness.concurrency_checks import State")
     return trace
 
 
@@ -120,8 +126,10 @@ def _close(buf) -> None:
 def test_concurrent_samples_never_see_a_torn_row(impl, data):
     """exact: while K writers extend, every row M samplers get is whole (its
     checksum matches its writer, sequence number and payload) and was really
-    written (no never-written slot, no row mixed from two writes)."""
-    workload = data.draw(workloads(), label="workload")
+    written (no never-written slot, no row mixed from two writes). The
+    samplers go on sampling while the writers run (``keep_sampling``), so a
+    torn row has many chances to be seen."""
+    workload = data.draw(workloads(keep_sampling=True, max_extends=RACE_EXTENDS), label="workload")
     spec = BufferSpec(capacity=data.draw(capacities_for(workload), label="capacity"))
     trace = _trace(impl, spec)
     with _run(impl, spec, workload, trace) as (buf, record):
@@ -143,8 +151,9 @@ def test_concurrent_writes_lose_and_duplicate_nothing(impl, data):
     capacity, and the rows held (oldest to newest from the cursor) are the
     last ``capacity`` rows of one interleaving that keeps each writer's order:
     per writer, its last rows, each once, in order; each in the slot its
-    extend returned. Samplers run at the same time."""
-    workload = data.draw(workloads(), label="workload")
+    extend returned. Samplers run at the same time. At least two writers
+    (one cannot race itself), each with up to RACE_EXTENDS extends."""
+    workload = data.draw(workloads(min_writers=2, max_extends=RACE_EXTENDS), label="workload")
     spec = BufferSpec(capacity=data.draw(capacities_for(workload), label="capacity"))
     trace = _trace(impl, spec)
     with _run(impl, spec, workload, trace) as (buf, record):
@@ -247,43 +256,54 @@ def test_concurrent_sampling_matches_closed_form(impl, data):
 @pytest.mark.requires("concurrent", "save_load")
 @given(data=st.data())
 def test_checkpoint_taken_during_writes_is_a_consistent_snapshot(impl, data):
-    """exact: a save while K writers extend gives a checkpoint that loads
-    into a new buffer holding a state the interleaving passed through: every
-    row whole, len == min(write_count, capacity), cursor == write_count %
-    capacity, and per writer a run of consecutive rows ending at its last
-    row written by then. The loaded buffer samples whole rows and accepts
-    writes (the next rows go to the next slots)."""
-    workload = data.draw(workloads(checkpoint=True), label="workload")
+    """exact: saves while K writers extend (one after another, up to
+    MAX_SAVES while the writers run, each into its own directory) give
+    checkpoints that each load into a new buffer holding a state the
+    interleaving passed through: every row whole, len == min(write_count,
+    capacity), cursor == write_count % capacity, and per writer a run of
+    consecutive rows ending at its last row written by then. The loaded
+    buffer samples whole rows and accepts writes (the next rows go to the
+    next slots)."""
+    workload = data.draw(workloads(checkpoint=True, saves=MAX_SAVES, max_extends=RACE_EXTENDS), label="workload")
     spec = BufferSpec(capacity=data.draw(capacities_for(workload), label="capacity"))
     trace = _trace(impl, spec)
     tmp = Path(tempfile.mkdtemp(prefix="rbcheck-concurrent-"))
-    loaded = None
     try:
-        with _run(impl, spec, workload, trace, save_to=tmp / "ckpt"):
-            loaded = impl.make(spec)
-            trace.op("loaded = load_adapter(...).make(spec); loaded.load(path)")
-            try:
-                loaded.load(tmp / "ckpt")
-            except Exception as err:  # noqa: BLE001
-                fail("load of the checkpoint taken during writes", f"<raised {type(err).__name__}: {err}>",
-                     "a buffer (the snapshot must be consistent)", trace)
-            state = State.of(loaded, spec.capacity)
-            bad = torn_rows(state.rows, workload.totals)
-            if bad:
-                fail("rows of the checkpoint taken during writes: torn or unwritten rows", bad, "none", trace)
-            for what, got, want in ring_problems(state, workload.totals, final=False):
-                fail(f"checkpoint: {what}", got, want, trace, f"tags in ring order: {_tags_in_order(state)}")
-            rows, _ = loaded.sample(4)
-            bad = torn_rows(rows, workload.totals)
-            if bad:
-                fail("sample of the loaded checkpoint: torn or unwritten rows", bad, "none", trace)
-            extra = len(workload.writers)  # a new writer id
-            n = 3
-            slots = torch.as_tensor(loaded.extend(make_rows(extra, 0, n, workload.width))).reshape(-1).tolist()
-            want = [(state.write_count + i) % spec.capacity for i in range(n)]
-            if slots != want or loaded.write_count != state.write_count + n:
-                fail("extend after load: (slots, write_count)", (slots, loaded.write_count),
-                     (want, state.write_count + n), trace)
+        with _run(impl, spec, workload, trace, save_to=tmp / "ckpt") as (_, record):
+            for n, path in enumerate(record.checkpoints):
+                _check_snapshot(impl, spec, workload, trace, path, n, len(record.checkpoints))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_snapshot(impl, spec, workload, trace, path, n: int, count: int) -> None:
+    """Checkpoint ``n`` (of ``count``), at ``path``, loads into a state the
+    interleaving passed through, samples whole rows and accepts writes."""
+    which = f"checkpoint {n} of {count}"
+    loaded = impl.make(spec)
+    try:
+        trace.op(f"loaded = load_adapter(...).make(spec); loaded.load(record.checkpoints[{n}])")
+        try:
+            loaded.load(path)
+        except Exception as err:  # noqa: BLE001
+            fail(f"load of {which}, taken during writes", f"<raised {type(err).__name__}: {err}>",
+                 "a buffer (the snapshot must be consistent)", trace)
+        state = State.of(loaded, spec.capacity)
+        bad = torn_rows(state.rows, workload.totals)
+        if bad:
+            fail(f"rows of {which}, taken during writes: torn or unwritten rows", bad, "none", trace)
+        for what, got, want in ring_problems(state, workload.totals, final=False):
+            fail(f"{which}: {what}", got, want, trace, f"tags in ring order: {_tags_in_order(state)}")
+        rows, _ = loaded.sample(4)
+        bad = torn_rows(rows, workload.totals)
+        if bad:
+            fail(f"sample of the loaded {which}: torn or unwritten rows", bad, "none", trace)
+        extra = len(workload.writers)  # a new writer id
+        n = 3
+        slots = torch.as_tensor(loaded.extend(make_rows(extra, 0, n, workload.width))).reshape(-1).tolist()
+        want = [(state.write_count + i) % spec.capacity for i in range(n)]
+        if slots != want or loaded.write_count != state.write_count + n:
+            fail(f"extend after loading {which}: (slots, write_count)", (slots, loaded.write_count),
+                 (want, state.write_count + n), trace)
     finally:
         _close(loaded)
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -56,7 +56,7 @@ def test_collector_base_missing_is_a_clear_error(monkeypatch):
 
 def test_history_summary_folds_parametrizations_and_keeps_single_messages():
     from rbcheck.harness.report import ImplResult, build
-    from rbcheck.harness.torchrl_history import summary
+    from tools.torchrl_history import summary
 
     def run(name, outcomes):
         return ImplResult(name=name, status="ran", tests=[

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rbcheck.harness import torchrl_build as tb
+from tools import torchrl_build as tb
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,8 @@
-"""Concurrency: shared buffers with one race each, caught by
+"""Concurrency: shared buffers with one race each, as it occurs in real code:
+no sleep is planted in a race window, so a property catches a race only if
+the threads interleave there on their own (the runs make many such windows:
+samplers go on while the writers write, and a run saves up to MAX_SAVES
+times). Caught by
 ``rbcheck/conformance/test_concurrency.py``; the control is the reference
 behind one lock (``reference-locked``), see
 tests/meta/test_concurrent_mutants_caught.py.
@@ -7,7 +11,6 @@ tests/meta/test_concurrent_mutants_caught.py.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -19,10 +22,6 @@ from rbcheck.harness.protocol import CAPABILITIES
 from rbcheck.reference.arguments import last_occurrence
 from rbcheck.reference.checkpoint import save_checkpoint
 from tests.mutants.registry import mutant
-
-#: How long a mutant leaves the lock open where it should not (seconds): long
-#: enough that another thread runs in between, as a preemption would.
-GAP_S = 2e-4
 
 
 def _locked(name: str, buffer_cls: type) -> object:
@@ -49,7 +48,6 @@ class PayloadAfterPublishBuffer(LockedBuffer):
                 storage.data.get(key)[index[keep]] = data.get(key)[keep]
             storage.size = max(storage.size, int(index.max()) + 1)
             rb.sampler.on_write(index, None)
-        time.sleep(GAP_S)
         with self.lock:
             for key in data.keys():
                 if key not in self.PUBLISHED:
@@ -72,7 +70,6 @@ class UnlockedReservationBuffer(LockedBuffer):
     def extend(self, data):
         rb = self.inner.buffer
         start = rb.writer.write_count
-        time.sleep(GAP_S)
         with self.lock:
             rb.writer.write_count = start
             return rb.extend(data)
@@ -90,30 +87,11 @@ def slots_reserved_outside_lock():
                  "test_concurrency::test_concurrent_samples_never_see_a_torn_row"),
         kind="concurrency")
 def unlocked_buffer():
-    """The plain reference (not thread-safe, no lock) declared ``concurrent``.
-
-    Left alone, its race (two writers read the same write count before either
-    advances it) shows only when the scheduler switches threads in that
-    window, which on a loaded machine can take more runs than a test makes.
-    The mutant makes that switch certain: ``next_indices`` reads the write
-    count, sleeps ``GAP_S``, and carries on from what it read."""
-    base = reference_adapter()
-
-    def make(spec):
-        buf = base.make(spec)
-        writer = buf.buffer.writer
-        advance = writer.next_indices
-
-        def next_indices(n):
-            start = writer.write_count
-            time.sleep(GAP_S)  # the thread switch the scheduler may make here
-            writer.write_count = start
-            return advance(n)
-
-        writer.next_indices = next_indices
-        return buf
-
-    return replace(base, name="mutant-unlocked-buffer", capabilities=CAPABILITIES, make=make)
+    """The plain reference (not thread-safe, no lock) declared ``concurrent``,
+    as it is: two writers that read the same write count before either
+    advances it reserve the same slots, and a sampler can read a row a
+    writer is half-way through."""
+    return replace(reference_adapter(), name="mutant-unlocked-buffer", capabilities=CAPABILITIES)
 
 
 class NoGenerationCheckBuffer(LockedBuffer):
@@ -161,14 +139,14 @@ def samplers_share_one_seed():
 
 
 class WriterFirstSaveBuffer(LockedBuffer):
-    """``save`` reads the writer's state, lets go of the lock, then reads
-    the rest: the checkpoint mixes two moments of the buffer."""
+    """``save`` reads the writer's state (cursor, write count) without the
+    lock, as a cheap counter read, then takes the lock for the rest: a write
+    that holds the lock meanwhile ends up in the rows but not in the writer's
+    state, and the checkpoint mixes two moments of the buffer."""
 
     def save(self, path):
         rb = self.inner.buffer
-        with self.lock:
-            writer = rb.writer.state_dict()
-        time.sleep(GAP_S * 10)
+        writer = rb.writer.state_dict()
         with self.lock:
             state = rb.state_dict()
         state["writer"] = writer

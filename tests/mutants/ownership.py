@@ -46,27 +46,6 @@ def extend_adopts_the_callers_batch():
     return _adapter("extend-adopts-the-callers-batch", TensorStorage=AdoptingStorage)
 
 
-class RowListStorage(TensorStorage):
-    """Keeps a list of the caller's rows (views, no clone) beside the columns
-    and reads from the list."""
-
-    def set(self, index, data) -> None:
-        super().set(index, data)
-        rows = getattr(self, "rows", {})
-        for slot, row in zip(check_index(index, self.capacity).tolist(), data.unbind(0), strict=True):
-            rows[slot] = row  # a view of the caller's batch
-        self.rows = rows
-
-    def get(self, index):
-        index = check_index(index, self.size)
-        return torch.stack([self.rows[i] for i in index.tolist()], 0).to(self.device)
-
-
-@mutant(bug="rows kept as a list of views of the caller's batch, without clones", catches=(KEEPS,))
-def rows_kept_as_views_of_the_callers_batch():
-    return _adapter("rows-kept-as-views", TensorStorage=RowListStorage)
-
-
 class SliceViewStorage(TensorStorage):
     """Serves a contiguous run of slots as a slice of the storage: a view."""
 

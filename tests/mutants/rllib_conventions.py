@@ -16,7 +16,7 @@ import math
 import torch
 
 from rbcheck.harness.protocol import Conventions
-from rbcheck.reference.prioritized_sampler import PrioritizedSampler, transform_priority
+from rbcheck.reference.prioritized_sampler import PrioritizedSampler
 from tests.mutants.base import adapter as _adapter
 from tests.mutants.registry import control, mutant
 
@@ -28,15 +28,14 @@ POSITIVE = Conventions(positive_priorities=True)
 
 
 class NoEpsSampler(PrioritizedSampler):
-    """The reference's sampler with no eps: stores ``p ** alpha`` whatever spec.eps."""
+    """The reference's sampler with no eps: stores ``p ** alpha`` whatever
+    spec.eps, a raw 0 as 0 whatever alpha (the convention's rule)."""
 
     def __init__(self, capacity, alpha, beta, eps=1e-8):
         super().__init__(capacity, alpha, beta, 0.0)
 
     def _store(self, index: torch.Tensor, raw: torch.Tensor) -> None:
-        # under "none" a raw 0 stores 0 whatever alpha (0 ** 0 would be 1): never drawn
-        value = torch.where(raw == 0, torch.zeros((), dtype=torch.float64),
-                            transform_priority(raw, self.alpha, self.eps))
+        value = torch.where(raw == 0, torch.zeros_like(raw), raw ** self.alpha)
         self.sum_tree.update(index, value)
         self.min_tree.update(index, torch.where(value > 0, value, math.inf))
         if raw.numel():

@@ -14,7 +14,8 @@ ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' depende
 pytest.importorskip("torchrl", reason="torchrl is not installed (the 'torchrl' dependency group)")
 
 from rbcheck.harness.adapters import load_adapter, torchrl_ray  # noqa: E402
-from rbcheck.harness.concurrency import Workload, WriterJob, make_rows, run_workload  # noqa: E402
+from rbcheck.harness.concurrency import Workload, WriterJob, run_workload  # noqa: E402
+from rbcheck.harness.concurrency_checks import make_rows  # noqa: E402
 from rbcheck.harness.protocol import BufferSpec  # noqa: E402
 
 

@@ -162,3 +162,31 @@ def test_batch_that_wraps_the_ring_keeps_each_rows_priority():
     # weight = (p / p_min) ** -beta with beta = 1: p = p_min / weight, p_min = 3
     got = {int(i): 3.0 / float(w) for i, w in zip(out["indexes"], out["weights"], strict=True)}
     assert {i: round(p, 3) for i, p in sorted(got.items())} == {i: want[i] for i in sorted(got)}
+
+
+@bug("PrioritizedReplayBuffer.sample returns 'weights' and 'indexes' as views of the buffer's own "
+     "vectors (PyReplayBuffer.pyx:1736-1742, self.weights.as_numpy(), self.indexes.as_numpy()): the "
+     "next sample rewrites them, and a larger one reallocates them, leaving freed memory behind")
+def test_sample_is_not_rewritten_by_the_next_sample():
+    rb = per(4, alpha=0.6, eps=1e-4)
+    rb.add(x=np.arange(4))
+    first = rb.sample(3, beta=0.4)
+    weights, indexes = first["weights"].copy(), first["indexes"].copy()
+    rb.update_priorities(np.array([0]), np.array([100.0]))
+    rb.sample(3, beta=0.4)  # same size: rewritten in place (a larger one would free the memory)
+    assert np.array_equal(first["weights"], weights) and np.array_equal(first["indexes"], indexes), (
+        f"first sample after a second one: weights {first['weights'].tolist()}, indexes "
+        f"{first['indexes'].tolist()}, but should be {weights.tolist()}, {indexes.tolist()}")
+
+
+@bug("add of a batch that wraps the ring more than once raises IndexError after moving the ring "
+     "(PyReplayBuffer.pyx:1174: the slots past the end are shifted back by one capacity only)")
+def test_batch_larger_than_the_ring_is_stored_from_any_cursor():
+    rb = cpprb.ReplayBuffer(3, {"x": {"shape": 1}})
+    rb.add(x=np.arange(2))
+    try:
+        rb.add(x=np.arange(10, 15))
+    except IndexError as err:
+        raise AssertionError(f"add of 5 rows at cursor 2 of a ring of 3 raised IndexError: {err}, but should "
+                             f"keep the last 3 rows (the ring moved to {rb.get_next_index()} anyway)") from err
+    assert sorted(rb.get_all_transitions()["x"].ravel().tolist()) == [12, 13, 14]

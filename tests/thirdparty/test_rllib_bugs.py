@@ -189,3 +189,26 @@ def test_row_with_other_columns_is_refused():
     buf = ReplayBuffer(capacity=4)
     buf.add(SampleBatch({"x": np.arange(3, dtype=np.float32), "a": np.arange(3)}))
     assert refuses(lambda: buf.add(SampleBatch({"x": np.arange(1, dtype=np.float64)})))
+
+
+@bug("a positive priority whose priority ** alpha underflows to 0 (1e-200 ** 2) is stored as 0: the "
+     "min tree's minimum is then 0, max_weight = (0 * N) ** -beta is inf and every importance weight "
+     "is 0 (prb.py:136-137, :152)")
+def test_weights_stay_finite_and_positive_when_a_transform_underflows():
+    random.seed(0)
+    buf = filled_per(alpha=2.0)
+    buf.update_priorities(np.array([0]), np.array([1e-200]))
+    weights = buf.sample(8, beta=0.4)["weights"]
+    assert np.all(weights > 0), weights
+
+
+@bug("the buffer keeps the caller's arrays: SampleBatch stores the arrays it is given and "
+     "timeslices(1) are views of them (rb.py:209-212, :259-266), so a caller that reuses its "
+     "arrays after add changes the stored rows")
+def test_stored_rows_do_not_change_when_the_caller_reuses_its_arrays():
+    buf = ReplayBuffer(capacity=4)
+    x = np.arange(3, dtype=np.float32)
+    buf.add(SampleBatch({"x": x}))
+    x[:] = -1.0  # the caller reuses its array
+    stored = [float(item["x"][0]) for item in buf.get_state()["_storage"]]
+    assert stored == [0.0, 1.0, 2.0], stored

@@ -172,3 +172,33 @@ def test_the_comparison_catches_a_fast_path_that_drops_a_generation(monkeypatch)
     fast.extend(flat_rows(4, 3, [1.0] * 4))
     with pytest.raises(AssertionError):
         assert_same(ref, fast)
+
+
+@settings(deadline=None, max_examples=30)
+@given(capacity=st.sampled_from([64, 65, 100, 257, 600]),
+       program=st.lists(st.tuples(st.sampled_from(["extend", "update"]), st.integers(1, 700),
+                                  st.integers(0, 2**16)), min_size=1, max_size=8))
+def test_trees_deep_enough_for_shadow_levels_stay_the_references(capacity, program):
+    """Trees of depth >= 6 have shadow levels (left stale by the native updates): extends
+    (``rb_update_range``: each ancestor of the range once) mixed with ``update_priority``
+    (``rb_update``) leave every node, once read, the reference's bit for bit."""
+    monkeypatch = pytest.MonkeyPatch()
+    ref, fast, slow = three(capacity, "prioritized")
+    extend_all(ref, fast, slow, flat_rows(capacity, 0, [1.0] * capacity), monkeypatch)
+    start = capacity
+    for op, n, seed in program:
+        g = torch.Generator().manual_seed(seed)
+        if op == "extend":
+            n = min(n, capacity)
+            extend_all(ref, fast, slow, flat_rows(n, start, torch.rand(n, generator=g) * 5), monkeypatch)
+            start += n
+        else:
+            index = torch.randint(0, capacity, (n,), generator=g)
+            priority = torch.rand(n, generator=g, dtype=torch.float64) * 5
+            for buf in (ref, fast, slow):
+                buf.update_priority(index, priority)
+        for var in (fast, slow):
+            for tree in ("sum_tree", "min_tree"):
+                got, want = getattr(var.sampler, tree).nodes, getattr(ref.sampler, tree).nodes
+                assert torch.equal(got.view(torch.int64), want.view(torch.int64)), f"{tree} after {op}"
+        assert_same(ref, fast, slow)

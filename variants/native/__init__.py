@@ -57,7 +57,7 @@ SOURCE = Path(__file__).with_name("tree.c")
 #: Every file of the build: tree.c includes tree_update.c (one translation unit).
 SOURCES = (SOURCE, SOURCE.with_name("tree_update.c"))
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
-ABI_VERSION = 12
+ABI_VERSION = 13
 #: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
 SHADOW_MIN_DEPTH = 6
 
@@ -132,6 +132,8 @@ def _build() -> ctypes.CDLL:
     lib.rb_find_prefix.restype = None
     lib.rb_update.argtypes = [p, i64, p, i64, i64, i64, p, p, p, p, i64, i64]
     lib.rb_update.restype = i64
+    lib.rb_update_range.argtypes = [p, i64, p, i64, i64, i64, i64, i64, p, i64]
+    lib.rb_update_range.restype = i64
     lib.rb_materialize.argtypes = [p, i64, i64]
     lib.rb_materialize.restype = None
     lib.rb_shadow_min_depth.argtypes = []
@@ -248,6 +250,20 @@ def update(first: torch.Tensor, first_is_min: bool, second: torch.Tensor | None,
         raise ValueError(f"index={int(index[code - 1])}, but should be in [0, {capacity})")
     if code < 0:
         raise MemoryError("native tree update: out of memory")
+
+
+def update_range(first: torch.Tensor, first_is_min: bool, second: torch.Tensor | None,
+                 second_is_min: bool, size: int, capacity: int, start: int, value: torch.Tensor,
+                 shadow: bool = False) -> None:
+    """``update`` of the contiguous leaves ``start .. start + len(value) - 1`` (no wrap),
+    the second tree's values derived (``value if value > 0 else inf``): each ancestor
+    recomputed once, the same bits (see ``tree.c``, ``rb_update_range``)."""
+    code = _state["lib"].rb_update_range(
+        first.data_ptr(), int(first_is_min), None if second is None else second.data_ptr(),
+        int(second_is_min), size, capacity, start, value.shape[0], value.data_ptr(), int(shadow))
+    if code:
+        raise ValueError(f"slots {start} .. {start + value.shape[0] - 1}, but should be within "
+                         f"[0, {capacity})")
 
 
 def materialize(nodes: torch.Tensor, is_min: bool, size: int) -> None:

@@ -194,6 +194,55 @@ int64_t rb_update(double *a, int64_t a_is_min, double *b, int64_t b_is_min, int6
     return 0;
 }
 
+/* Set the n leaves first .. first + n - 1 (contiguous: an extend; the caller
+ * splits a ring wrap into two calls) of tree a to va[0..n) and, when b is not
+ * NULL, of tree b to (va[i] > 0 ? va[i] : +inf); then recompute each ancestor
+ * of the range ONCE, level by level over the (halving) range of nodes above
+ * it, from its final children: rb_update's result (the same bits) without
+ * recomputing a line's ancestors once per leaf below them. Returns 0, or 1
+ * when the range is not within [0, capacity) (nothing written).
+ *
+ * shadow 0: every level recomputed (the tree's shadow levels must be exact
+ * beforehand, as for rb_update). shadow 1 (depth d >= RB_SHADOW_MIN_DEPTH):
+ * as rb_update, the shadow levels are not written: the range's nodes on
+ * level d - 3 are recomputed from their lines of leaves (combine_line), those
+ * on level d - 6 from their lines on level d - 3, then levels d - 7 .. 0. */
+static void refresh_range(double *t, int is_min, int64_t lo, int64_t hi)
+{
+    for (int64_t k = lo; k <= hi; k++) t[k] = combine(is_min, t[2 * k], t[2 * k + 1]);
+}
+
+static void line_range(double *t, int is_min, int64_t lo, int64_t hi)
+{
+    for (int64_t k = lo; k <= hi; k++) t[k] = combine_line(is_min, t + 8 * k);
+}
+
+int64_t rb_update_range(double *a, int64_t a_is_min, double *b, int64_t b_is_min, int64_t size,
+                        int64_t capacity, int64_t first, int64_t n, const double *va, int64_t shadow)
+{
+    if (n <= 0) return 0;
+    if (first < 0 || first > capacity - n) return 1;
+    int depth = tree_depth(size), am = (int)a_is_min, bm = (int)b_is_min;
+    int64_t lo = size + first, hi = size + first + n - 1;
+    for (int64_t i = 0; i < n; i++) a[lo + i] = va[i];
+    if (b)
+        for (int64_t i = 0; i < n; i++) b[lo + i] = va[i] > 0 ? va[i] : INFINITY;
+    if (shadow && depth >= RB_SHADOW_MIN_DEPTH) {
+        lo >>= 3, hi >>= 3;  /* level d - 3 */
+        line_range(a, am, lo, hi);
+        if (b) line_range(b, bm, lo, hi);
+        lo >>= 3, hi >>= 3;  /* level d - 6 */
+        line_range(a, am, lo, hi);
+        if (b) line_range(b, bm, lo, hi);
+    }
+    while (lo > 1) {
+        lo >>= 1, hi >>= 1;
+        refresh_range(a, am, lo, hi);
+        if (b) refresh_range(b, bm, lo, hi);
+    }
+    return 0;
+}
+
 /* Copy rows index[0..n) of each of n_cols columns: column c has rows of
  * row_bytes[c] contiguous bytes starting every stride[c] bytes from src[c]
  * (stride == row_bytes: a row-major tensor; larger: a field of interleaved

@@ -1,6 +1,6 @@
 """TorchRL's releases through the conformance suite: one table, release x property.
 
-    python -m rbcheck.harness.torchrl_history [--prefixes DIR] [--cache DIR]
+    python -m tools.torchrl_history [--prefixes DIR] [--cache DIR]
         [--out reports] [--profile ci] VERSION [VERSION ...]
 
 Each release is installed on its own (``pip install --no-deps --target
@@ -9,14 +9,15 @@ torch, tensordict and the suite's own dependencies; that prefix goes first on
 ``PYTHONPATH`` for everything run for the release, so each release imports
 only its own Python code and its own ``torchrl._torchrl``. The extension is
 rebuilt where the shipped one does not load against this torch
-(``rbcheck.harness.torchrl_build``; built once per torch and sources, cached
+(``tools/torchrl_build.py``; built once per torch and sources, cached
 in ``--cache``). Then the conformance suite runs against ``--impl torchrl``
 with the release's known failures (``known_failures/torchrl-<version>.txt``).
 
 The table has the same cells as the validate report (``harness.report``
 renders both) and is written to ``<out>/torchrl_history.md`` and ``.json``,
 with each release's run time and the line saying how its extension was
-obtained.
+obtained. A repository tool (not in the wheel): run it from the repository's
+root.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 
 from rbcheck.checks import run_subprocess
 from rbcheck.harness import report as conformance_report
-from rbcheck.harness.torchrl_build import default_cache
+from tools.torchrl_build import default_cache
 
 TITLE = "# TorchRL's history, as measured"
 COMMAND = "nox -s history"
@@ -70,7 +71,8 @@ def run_release(version: str, prefix: Path, cache: Path, profile: str, extra: li
     started = time.perf_counter()
     install_release(version, prefix)
     env = prefix_env(prefix)
-    build = subprocess.run([sys.executable, "-m", "rbcheck.harness.torchrl_build", "--cache", str(cache)],
+    # run by path: the release's environment has its prefix, not the repository, on PYTHONPATH
+    build = subprocess.run([sys.executable, str(Path(__file__).with_name("torchrl_build.py")), "--cache", str(cache)],
                            env=env, capture_output=True, text=True)
     lines = [ln for ln in build.stdout.splitlines() if ln.startswith("[torchrl_build]")]
     extension = lines[-1][len("[torchrl_build] "):] if lines else (build.stderr.strip().splitlines() or ["?"])[-1]
@@ -143,7 +145,7 @@ def render(table: dict[str, Any], runs: list[dict[str, Any]], header: dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rbcheck.harness.torchrl_history",
+    parser = argparse.ArgumentParser(prog="python -m tools.torchrl_history",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("versions", nargs="+", metavar="VERSION", help="torchrl releases, in order")
     parser.add_argument("--prefixes", type=Path, default=Path(".torchrl-history"),

@@ -1,6 +1,6 @@
 """TorchRL's C++ extension, rebuilt here when the shipped one does not load.
 
-    python -m rbcheck.harness.torchrl_build [--cache DIR] [--source-version 0.14.1]
+    python tools/torchrl_build.py [--cache DIR] [--source-version 0.14.1]
 
 TorchRL's ``PrioritizedSampler`` needs its compiled extension
 ``torchrl._torchrl`` (the segment trees). A wheel's binary is built against
@@ -31,6 +31,9 @@ If the build fails, the shipped binary stays, the marker holds the
 compiler's error, and TorchRL's prioritized sampler stays "unavailable" with
 that error. The exit status is 0 either way (a third party that cannot run
 here is reported, not fatal); ``--strict`` makes a failure exit 1.
+
+A repository tool (not in the wheel); the marker's name and reader live in
+the TorchRL adapter (``rbcheck.harness.adapters.torchrl``), which reads it.
 """
 
 from __future__ import annotations
@@ -51,12 +54,13 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rbcheck.harness.adapters.torchrl import MARKER, read_marker, sha256_of
+
 #: The release whose wheel carries the sources used for releases without them.
 SOURCE_VERSION = "0.14.1"
 #: Sources compiled (the CUDA ones need nvcc and are left out).
 SOURCES = ("pybind.cpp", "utils.cpp")
 CFLAGS = ("-O3",)
-MARKER = "_rbcheck_extension.json"
 EXTENSION = "_torchrl"
 BUILD_SCRIPT = """\
 from setuptools import setup
@@ -235,26 +239,6 @@ def write_marker(package: Path, **fields: object) -> None:
     (package / MARKER).write_text(json.dumps(fields, indent=2) + "\n")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def read_marker(package: Path) -> dict | None:
-    """What this module did to the torchrl at ``package``, or None. A
-    "rebuilt" record whose binary is no longer in place (torchrl reinstalled)
-    is stale and ignored."""
-    try:
-        marker = json.loads((package / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    if marker.get("status") == "rebuilt":
-        names = marker.get("replaced") or []
-        if not names or not all((package / n).exists() and _sha256(package / n) == marker.get("sha256")
-                                for n in names):
-            return None
-    return marker
-
-
 def ensure(cache: Path, source_version: str = SOURCE_VERSION) -> tuple[bool, str]:
     """Make ``torchrl._torchrl`` load in this environment if it can be done.
     Returns (loads, one line saying what happened)."""
@@ -307,13 +291,13 @@ def ensure(cache: Path, source_version: str = SOURCE_VERSION) -> tuple[bool, str
         return False, line
     line = f"C++ extension rebuilt here from {origin} against torch {torch.__version__}"
     write_marker(package, status="rebuilt", torch=torch.__version__, source=origin, key=key,
-                 replaced=replaced, sha256=_sha256(binary), line=line,
+                 replaced=replaced, sha256=sha256_of(binary), line=line,
                  seconds=round(seconds, 1) if decision.action == "build" else None)
     return True, line
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rbcheck.harness.torchrl_build",
+    parser = argparse.ArgumentParser(prog="python tools/torchrl_build.py",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=None,
                         help="build cache directory (env RBCHECK_TORCHRL_CACHE, default "

@@ -1,0 +1,159 @@
+"""bench/peers.py at tiny sizes with a stub peer (a NumPy buffer): the run checks and
+times every operation, the checks fail on a wrong answer (one broken stub per
+check), and the committed table is the render of the committed report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import peers as P
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"capacity": 256, "widths": [3], "batch": 16, "reps": 3, "budget_s": 0.0, "runs": 1,
+         "extend_sizes": (1, 8, 32)}
+
+
+class Stub(P.Peer):
+    """A correct prioritized NumPy buffer; subclasses break one thing each."""
+
+    name, dist = "stub", "stub"
+
+    def version(self):
+        return "0"
+
+    def build(self, capacity, width, prioritized):
+        rows = P.make_rows(0, capacity, width)
+        buf = {"obs": rows.obs.copy(), "action": rows.action.copy(), "reward": rows.reward.copy(),
+               "p": P.transformed(rows.priority), "cursor": 0, "capacity": capacity,
+               "rng": np.random.default_rng(0)}
+        return buf
+
+    def prepare(self, rows, prioritized):
+        return rows
+
+    def extend(self, buf, rows):
+        slots = (buf["cursor"] + np.arange(len(rows))) % buf["capacity"]
+        for key in ("obs", "action", "reward"):
+            buf[key][slots] = getattr(rows, key)
+        buf["p"][slots] = P.transformed(rows.priority)
+        buf["cursor"] = int(slots[-1] + 1) % buf["capacity"]
+
+    def sample(self, buf, batch):
+        p = buf["p"]
+        index = buf["rng"].choice(len(p), batch, p=p / p.sum())
+        weight = (p[index] / p.min()) ** -P.BETA
+        return {"obs": buf["obs"][index], "action": buf["action"][index], "reward": buf["reward"][index],
+                "index": index, "weight": weight}
+
+    def update_priority(self, buf, index, priority):
+        buf["p"][index] = P.transformed(priority)
+
+    def priority_at(self, buf, slots):
+        return buf["p"][slots]
+
+    def rows_at(self, buf, slots):
+        return {k: buf[k][slots] for k in ("obs", "action", "reward")}
+
+    def save(self, buf, path):
+        path.mkdir(parents=True, exist_ok=True)
+        np.savez(path / "b.npz", **{k: buf[k] for k in ("obs", "action", "reward", "p")})
+
+    def new_target(self, buf, capacity):
+        return dict(buf)
+
+    def load(self, target, path):
+        with np.load(path / "b.npz") as f:
+            target.update({k: f[k].copy() for k in f.files})
+        return target
+
+
+class WrongExtend(Stub):
+    def extend(self, buf, rows):
+        super().extend(buf, rows)
+        buf["obs"][(buf["cursor"] - 1) % buf["capacity"], 1] += 1  # the last row's obs changed
+
+
+class WrongRows(Stub):
+    def sample(self, buf, batch):
+        out = super().sample(buf, batch)
+        out["reward"] = out["reward"] + 1
+        return out
+
+
+class WrongIndex(Stub):
+    def sample(self, buf, batch):
+        out = super().sample(buf, batch)
+        out["index"] = (out["index"] + 1) % buf["capacity"]
+        return out
+
+
+class WrongWeights(Stub):
+    def sample(self, buf, batch):
+        out = super().sample(buf, batch)
+        out["weight"] = out["weight"] / out["weight"].max()  # normalised by the batch, declared by min
+        return out
+
+
+class StaleUpdate(Stub):
+    def update_priority(self, buf, index, priority):
+        buf["p"][index[1:]] = P.transformed(priority[1:])  # the first slot keeps its old priority
+
+
+class NoReadback(StaleUpdate):
+    """Without a read-back the update is checked through a large sample's weights."""
+
+    def update_priority(self, buf, index, priority):
+        buf["p"][index] = P.transformed(priority * 1.5)
+
+    def priority_at(self, buf, slots):
+        return None
+
+
+class LossyLoad(Stub):
+    def load(self, target, path):
+        target = super().load(target, path)
+        target["action"] = target["action"].copy()
+        target["action"][-1] = 0.5
+        return target
+
+
+def test_smoke_run_checks_and_times_every_operation():
+    lines = []
+    report = P.run([Stub()], log=lines.append, **SMALL)
+    ops = P.ops_for(SMALL["extend_sizes"])
+    got = {(r["op"], r["peer"]) for r in report["ratios"]}
+    assert got == {(op, "stub") for op in ops}
+    assert all(r["ratio_median"] > 0 and r["ratio_min"] > 0 and r["n"] >= P.MIN_REPS for r in report["ratios"])
+    assert report["checks_passed"] > 10 and any("checks passed" in line for line in lines)
+    text = P.render(json.loads(json.dumps(report)))
+    assert "| `extend` 32 rows |" in text and "| stub |" in text and "rbcheck is faster" in text
+
+
+@pytest.mark.parametrize("broken", [WrongExtend, WrongRows, WrongIndex, WrongWeights, StaleUpdate,
+                                    NoReadback, LossyLoad])
+def test_a_wrong_answer_gets_no_number(broken):
+    with pytest.raises(P.CheckFailed, match="but should be"):
+        P.run([broken()], log=lambda line: None, **{**SMALL, "reps": P.MIN_REPS})
+
+
+def test_peers_that_cannot_run_are_listed_with_the_reason():
+    missing = P.NotInstalled("nothing", "nothing-dist", "rbcheck_no_such_module")
+    report = P.run([missing], log=lambda line: None, **SMALL)
+    assert report["peers"]["nothing"]["skipped"].startswith("not installed")
+    assert report["ratios"] == []
+    assert "skipped: not installed" in P.render(report)
+
+
+def test_extends_that_would_wrap_the_ring_are_refused():
+    with pytest.raises(ValueError, match="but should be <= capacity"):
+        P.run([Stub()], log=lambda line: None, **{**SMALL, "extend_sizes": (200, 100)})
+
+
+def test_the_committed_table_is_the_render_of_the_committed_report():
+    report = json.loads((ROOT / "reports" / "peers.json").read_text())
+    committed = (ROOT / "docs" / "results" / "peers.md").read_text()
+    assert committed == P.render(report), "run `python -m bench.peers --render` and commit the result"

@@ -102,6 +102,7 @@ from rbcheck.harness.adapters.numpy_rows import (
     layout_from_spec,
     pack_rows,
     row_nbytes,
+    skip_renamed_rows,
     unpack_rows,
 )
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
@@ -160,14 +161,7 @@ class D3rlpyBuffer(OwnRandomness):
             self._build(layout_from_rows(data))
         raw = pack_rows(data)
         n = len(raw)
-        if (isinstance(data, TensorDictBase) and data.batch_dims == 1
-                and layout_from_rows(data) != self.layout and raw.shape[1] == row_nbytes(self.layout)):
-            # rows of another layout but the same size: d3rlpy holds unnamed bytes,
-            # so what differs (key names) never reaches it -- not a question for d3rlpy
-            import pytest
-
-            pytest.skip("not applicable: d3rlpy stores each row as one unnamed observation array; rows "
-                        "whose keys differ but whose size is the same cannot be told apart by it")
+        skip_renamed_rows(data, self.layout, raw, "d3rlpy")
         zeros = np.zeros((n, 1), np.float32)
         episode = Episode(observations=raw, actions=zeros, rewards=zeros.copy(), terminated=True)
         start = self.written

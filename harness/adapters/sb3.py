@@ -63,6 +63,7 @@ from rbcheck.harness.adapters.numpy_rows import (
     layout_from_spec,
     pack_rows,
     row_nbytes,
+    skip_renamed_rows,
     unpack_rows,
 )
 from rbcheck.harness.protocol import Adapter, BufferSpec
@@ -113,14 +114,7 @@ class SB3Buffer(OwnRandomness):
             self._build(layout_from_rows(data))
         raw = pack_rows(data)
         n = len(raw)
-        if (isinstance(data, TensorDictBase) and data.batch_dims == 1
-                and layout_from_rows(data) != self.layout and raw.shape[1] == row_nbytes(self.layout)):
-            # rows of another layout but the same size: SB3 holds unnamed bytes,
-            # so what differs (key names) never reaches it -- not a question for SB3
-            import pytest
-
-            pytest.skip("not applicable: SB3 stores each row as one unnamed array; rows whose keys "
-                        "differ but whose size is the same cannot be told apart by it")
+        skip_renamed_rows(data, self.layout, raw, "SB3")
         start = int(self.rb.pos)
         zeros = np.zeros((n, 1), np.float32)
         self.rb.extend(raw, raw, zeros, zeros[:, 0], zeros[:, 0], [[{}] for _ in range(n)])

@@ -320,6 +320,8 @@ def run_workload(buffer: Any, workload: Workload, save_to: Path | None = None,
     def saver() -> None:
         if not wait_for_rows("saver"):
             return
+        if workload.saves > 1:  # the folder holding the saves is the harness's own: a buffer makes only its checkpoint
+            save_to.mkdir(parents=True, exist_ok=True)
         for i in range(workload.saves):
             if not nap(1 + i) or (i and writers_done.is_set()):
                 return  # a save once the writes are over races nothing

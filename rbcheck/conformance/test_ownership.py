@@ -98,6 +98,15 @@ def _skip_undeclared(impl, spec: BufferSpec) -> None:
             pytest.skip(f"convention: param_ranges.{name}={rng.describe()} excludes {name}={getattr(spec, name)!r}")
 
 
+def _start(impl, data) -> tuple[Run, list]:
+    """The drawn setup of every ownership property: a Run over the drawn
+    spec and layout (skipped where a declared range excludes the spec), and
+    the writes to make."""
+    spec, layout, writes = data.draw(ownership_setups(impl), label="setup")
+    _skip_undeclared(impl, spec)
+    return Run(impl, spec, layout), writes
+
+
 class Run:
     """One buffer, its trace and (prioritized) its oracle; every write and
     update goes through here so the trace replays it."""
@@ -192,9 +201,7 @@ def test_buffer_keeps_no_reference_to_the_callers_tensors(impl, data):
     the priorities times 1000 plus 7: still valid arguments); the stored
     priorities (read back, or through the weights of a sample) are still
     those it was given."""
-    spec, layout, writes = data.draw(ownership_setups(impl), label="setup")
-    _skip_undeclared(impl, spec)
-    run = Run(impl, spec, layout)
+    run, writes = _start(impl, data)
     trace = run.trace
     for kind in writes:
         batch, expr, n = run.batch(kind)
@@ -236,9 +243,7 @@ def test_calls_leave_their_arguments_unchanged(impl, data):
     stored_priority(index) leave their arguments as they were: the same keys
     (no bookkeeping column written into the caller's rows), the same values,
     dtypes and shapes, bit for bit."""
-    spec, layout, writes = data.draw(ownership_setups(impl), label="setup")
-    _skip_undeclared(impl, spec)
-    run = Run(impl, spec, layout)
+    run, writes = _start(impl, data)
     trace = run.trace
     for kind in writes:
         batch, expr, n = run.batch(kind)
@@ -274,10 +279,8 @@ def test_returned_samples_and_contents_share_no_memory_with_the_storage(impl, da
     later sample returns (rows, and for a prioritized buffer weights that
     still follow the closed form, tolerance tied to the declared dtype).
     Batches of one row are drawn: a contiguous run a slice view could serve."""
-    spec, layout, writes = data.draw(ownership_setups(impl), label="setup")
-    _skip_undeclared(impl, spec)
-    run = Run(impl, spec, layout)
-    trace = run.trace
+    run, writes = _start(impl, data)
+    spec, trace = run.spec, run.trace
     for kind in writes:
         batch, expr, n = run.batch(kind)
         run.write(kind, batch, expr, n)

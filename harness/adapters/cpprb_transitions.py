@@ -163,7 +163,8 @@ class CpprbNstep(CpprbNextOf):
     ``on_episode_end()`` after a terminated or truncated step (cpprb's
     documentation: call it at every episode's end). One env (no env id).
     ``spec.nstep`` is handed over as is (``Nstep["size"]=1`` is real bug
-    C11).
+    C12); without one (the ring and model properties, whose rows are not env
+    steps and are skipped here as not applicable) the size is 1.
     """
 
     def __init__(self, spec: BufferSpec):
@@ -171,12 +172,10 @@ class CpprbNstep(CpprbNextOf):
 
         if spec.num_envs != 1:
             raise ValueError(f"spec.num_envs={spec.num_envs}, but should be 1 (cpprb's buffer has no env id)")
-        if spec.nstep is None:
-            raise ValueError("spec.nstep=None, but should be the n-step window's n (cpprb-nstep is an Nstep buffer)")
         self.spec = spec
         self.rb = ReplayBuffer(spec.capacity, {"obs": {"shape": OBS_DIM}, "act": {"shape": 1}, "rew": {},
                                                "next_obs": {"shape": OBS_DIM}, "done": {}},
-                               Nstep={"size": spec.nstep, "gamma": spec.gamma, "rew": "rew", "next": "next_obs"})
+                               Nstep={"size": spec.nstep or 1, "gamma": spec.gamma, "rew": "rew", "next": "next_obs"})
         self.written = 0
         self.stream = GlobalNumpyStream(spec.seed)
 
@@ -203,7 +202,7 @@ class CpprbNstep(CpprbNextOf):
             "id": ids, "obs": obs, "action": torch.as_tensor(s["act"]).float(),
             "nstep_return": torch.as_tensor(s["rew"]).reshape(-1).double(),
             "nstep_obs": torch.as_tensor(s["next_obs"]).float(),
-            "nstep_discount": self.spec.gamma ** self.spec.nstep * (1.0 - done),
+            "nstep_discount": self.spec.gamma ** (self.spec.nstep or 1) * (1.0 - done),
         }, batch_size=[batch_size])
         return rows, {"index": ids % self.spec.capacity}
 

@@ -73,6 +73,8 @@ BUILTIN: dict[str, Builtin] = {
     "cpprb-nstep": Builtin("rbcheck.harness.adapters.cpprb_transitions:cpprb_nstep_adapter", False),
     # tianshou's Algorithm.compute_nstep_return on the buffer's samples (invariant 10; group tianshou)
     "tianshou-nstep": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_nstep_adapter", False),
+    # TorchRL's SliceSampler end flags (invariant 10; group torchrl)
+    "torchrl-slices": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_slices_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -10,6 +10,9 @@ Contract
 * ``decode(meta bytes, tensor bytes) -> state``: the inverse, never unpickling, after checking
   the schema version, the keys, the checksum, the blob's sha256 and that every tensor is used.
   Any problem raises ``CheckpointError`` saying what is wrong (``require``, the one check).
+* Both are compositions of steps (``split_state``/``encode_meta``; ``decode_meta``,
+  ``check_digest``, ``load_blob``, ``join_state``) that a faster writer or reader of the same
+  bytes reuses (``rbcheck.variants.checkpoint_stream``).
 
 Cost: O(size of the state) time and one extra copy of the tensors in memory.
 """
@@ -39,15 +42,16 @@ def require(ok: bool, message: str) -> None:
         raise CheckpointError(message)
 
 
-def _split(obj, name: str, tensors: dict):
+def _split(obj, name: str, tensors: dict, contiguous: bool = True):
     """JSON-able copy of ``obj`` with each tensor replaced by ``{"tensor": name}``."""
     if isinstance(obj, torch.Tensor):
-        tensors[name] = obj.detach().to("cpu").contiguous()
+        tensor = obj.detach().to("cpu")
+        tensors[name] = tensor.contiguous() if contiguous else tensor
         return {"tensor": name}
     if isinstance(obj, dict):
-        return {str(k): _split(v, f"{name}.{k}", tensors) for k, v in obj.items()}
+        return {str(k): _split(v, f"{name}.{k}", tensors, contiguous) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_split(v, f"{name}.{i}", tensors) for i, v in enumerate(obj)]
+        return [_split(v, f"{name}.{i}", tensors, contiguous) for i, v in enumerate(obj)]
     require(obj is None or isinstance(obj, (bool, int, float, str)),
             f"state[{name!r}]={type(obj).__name__}, but should be a tensor or plain value")
     return obj
@@ -69,11 +73,11 @@ def _checksum(meta: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
-def split_state(state: dict) -> tuple:
+def split_state(state: dict, contiguous: bool = True) -> tuple:
     """``(plain, tensors)``: the JSON-able state with ``{"tensor": name}`` in each tensor's
-    place, and ``{name: contiguous CPU tensor}``."""
+    place, and ``{name: CPU tensor}`` (made contiguous unless ``contiguous=False``)."""
     tensors: dict = {}
-    return _split(state, "state", tensors), tensors
+    return _split(state, "state", tensors, contiguous), tensors
 
 
 def encode_meta(plain, digest: str) -> bytes:

@@ -29,6 +29,9 @@ Contract (the reference's, plus)
   behaves like fresh memory and costs like reused memory in a training loop.
   On the CPU the copies are one C call (``rbcheck.variants.native``: prefetched
   row copies, ~2-3x faster than ``index_select`` here) when it loads.
+* ``state_view()`` is ``state_dict()`` without its clone (the columns as views of the
+  rows: what a save streams to disk), and ``load_state_dict`` adopts columns given as
+  ``FreshColumns`` (a checkpoint just read into new memory) instead of cloning them.
 * ``version`` increases on every write or load; samplers that keep
   bookkeeping about the data use it to notice writes they did not see.
 * ``DeviceWriter(capacity, device)`` is a ``reference.RoundRobinWriter`` whose
@@ -207,6 +210,7 @@ class DeviceStorage(TensorStorage):
         self._layouts: list = []
         self._packed = None  # the TensorDict whose columns are interleaved rows
         self.pool = TensorPool()
+        self._adopt = False  # set only during a load of FreshColumns
 
     def _refresh(self, pack: bool = True) -> None:
         if pack and self.data is not None and self.device.type == "cpu" and self.data is not self._packed:
@@ -297,8 +301,30 @@ class DeviceStorage(TensorStorage):
         shared rows would change the live buffer even when the load is refused.
         The loaded columns are plain tensors until ``repack`` moves them into
         interleaved rows (the variant buffer calls it once the load is accepted)."""
-        super().load_state_dict(state, size)
+        self._adopt = isinstance(state, dict) and isinstance(state.get("columns"), FreshColumns)
+        try:
+            super().load_state_dict(state, size)
+        finally:
+            self._adopt = False
         self._refresh(pack=False)
+
+    def _take(self, value: torch.Tensor) -> torch.Tensor:
+        """The reference's copy, except for ``FreshColumns`` already on this device: those
+        are adopted as they are (nobody else holds them; ``repack`` copies them into rows)."""
+        if self._adopt and value.device == self.device:
+            return value.detach()
+        return super()._take(value)
+
+    def state_view(self) -> dict:
+        """``state_dict()`` without the clone: the columns as they lie in this storage (views
+        of its rows), for a caller that only reads them before the next write (a save)."""
+        cols = columns(self.data)
+        return {"keys": [list(k) for k in cols], "columns": list(cols.values())}
+
+
+class FreshColumns(list):
+    """The columns of a storage state that nothing else refers to (a checkpoint just read
+    into new memory): ``DeviceStorage.load_state_dict`` takes them without its copy."""
 
 
 def _to_tensordict(tree: dict, batch: torch.Size, device) -> TensorDictBase:

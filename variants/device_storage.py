@@ -40,7 +40,8 @@ Contract (the reference's, plus)
   from ``write_count`` (a ring's generations always are
   ``rbcheck.reference.writer.ring_generation``: its writes and its loader keep
   them so), without a random read of the generation column per index; on
-  an accelerator one gather.
+  an accelerator one gather. Its loader fills them with two ``arange`` slices
+  (``ring_generations``).
 
 Cost: ``write`` O(n * row size); ``gather`` O(B * row size); memory as the
 reference, plus on the CPU each row padded to a multiple of its largest
@@ -367,5 +368,22 @@ class DeviceWriter(RoundRobinWriter):
         return out.copy_(ring_generation(index, count, capacity))
 
     def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.generation = self.generation.to(self.device)
+        """The reference's, with the generations filled by two ``arange`` slices on the
+        device (``ring_generations``) instead of its arithmetic over every slot."""
+        count = check_int("write_count", state["write_count"], 0, 2**62)
+        self.generation = ring_generations(count, self.capacity, self.device)
+        self.write_count, self.cursor = count, count % self.capacity
+
+
+def ring_generations(count: int, capacity: int, device) -> torch.Tensor:
+    """``ring_generation(arange(capacity), count, capacity)`` as slices: after ``count``
+    writes (``k`` full turns and ``r`` more), slot ``s < r`` last held row ``k * capacity + s``
+    and slot ``s >= r`` row ``(k - 1) * capacity + s`` (-1 while ``k == 0``: never written)."""
+    out = torch.empty(capacity, dtype=torch.long, device=device)
+    turns, r = divmod(count, capacity)
+    torch.arange(turns * capacity, turns * capacity + r, out=out[:r])
+    if turns:
+        torch.arange((turns - 1) * capacity + r, turns * capacity, out=out[r:])
+    else:
+        out[r:] = -1
+    return out

@@ -71,13 +71,14 @@ else:
 if triton is not None:
 
     @triton.jit
-    def _descend_kernel(nodes_ptr, mass_ptr, index_ptr, leaf_ptr, B,
-                        SIZE: tl.constexpr, DEPTH: tl.constexpr, BLOCK: tl.constexpr):
+    def _descend_kernel(nodes_ptr, mass_ptr, index_ptr, leaf_ptr, B, SIZE, DEPTH,
+                        BLOCK: tl.constexpr):
+        # SIZE and DEPTH are run-time arguments: one compiled kernel for every capacity
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         live = offs < B
         mass = tl.load(mass_ptr + offs, mask=live, other=0.0)
         node = tl.full((BLOCK,), 1, tl.int64)
-        for _ in tl.static_range(DEPTH):
+        for _ in range(DEPTH):
             left = tl.load(nodes_ptr + 2 * node, mask=live, other=0.0)
             right = tl.load(nodes_ptr + 2 * node + 1, mask=live, other=0.0)
             go_left = (mass < left) | (right == 0.0)
@@ -181,22 +182,22 @@ if triton is not None:
 
     @triton.jit
     def _fused_update_kernel(a_ptr, b_ptr, key_ptr, order_ptr, a_val_ptr, b_val_ptr, count_ptr, K,
-                             SIZE: tl.constexpr, SHIFT: tl.constexpr, CUT: tl.constexpr,
-                             MASKED: tl.constexpr, A_MIN: tl.constexpr, B_MIN: tl.constexpr,
-                             TWO: tl.constexpr, HALF: tl.constexpr, FENCE: tl.constexpr,
-                             BLOCK: tl.constexpr):
+                             SIZE, SHIFT, CUT, MASKED: tl.constexpr, A_MIN: tl.constexpr,
+                             B_MIN: tl.constexpr, TWO: tl.constexpr, HALF: tl.constexpr,
+                             FENCE: tl.constexpr, BLOCK: tl.constexpr):
         # Whole update in one launch. The sorted keys are cut into subtrees rooted at
         # depth CUT (SHIFT = depth - CUT levels each); a subtree belongs to the program
         # whose block of BLOCK sorted positions holds its first position, and that
         # program alone writes its leaves and its nodes up to the subtree's root
         # (level by level, a block-wide barrier between levels; its positions may run
         # past its block). The program that finishes last (a counter) recomputes the
-        # top CUT levels whole, as _top_kernel does, and resets the counter.
+        # top CUT levels whole, as _top_kernel does, and resets the counter. SIZE, SHIFT
+        # and CUT are run-time arguments: one compiled kernel serves every capacity.
         lanes = tl.arange(0, BLOCK)
         start = tl.program_id(0) * BLOCK
         offs = start + lanes
         live = offs < K
-        RANK: tl.constexpr = SHIFT + (1 if MASKED else 0)  # key >> RANK: the subtree
+        RANK = SHIFT + MASKED  # key >> RANK: the subtree
         key = tl.load(key_ptr + offs, mask=live, other=0)
         before = tl.load(key_ptr + offs - 1, mask=live & (offs > 0), other=0)
         first = live & ((offs == 0) | ((before >> RANK) != (key >> RANK)))
@@ -263,7 +264,7 @@ def find_prefix(nodes: torch.Tensor, mass: torch.Tensor, size: int, block: int =
     if mass.numel():
         grid = (triton.cdiv(mass.numel(), block),)
         _descend_kernel[grid](nodes, mass, index, leaf, mass.numel(),
-                              SIZE=size, DEPTH=size.bit_length() - 1, BLOCK=block,
+                              size, size.bit_length() - 1, BLOCK=block,
                               enable_fp_fusion=False)
     return index, leaf
 
@@ -330,8 +331,8 @@ def _update_fused(trees, index: torch.Tensor, values, mask, block: int) -> None:
     a_val = values[0].contiguous()
     b_val = values[-1].contiguous() if len(trees) == 2 else a_val
     _fused_update_kernel[(triton.cdiv(k, block),)](
-        a.nodes, b.nodes, key, order, a_val, b_val, _counter(a), k,
-        SIZE=a.size, SHIFT=a.depth - cut, CUT=cut, MASKED=mask is not None,
-        A_MIN=a.empty == float("inf"), B_MIN=b.empty == float("inf"), TWO=len(trees) == 2,
-        HALF=max(1 << max(cut - 1, 0), 2), FENCE=index.is_cuda, BLOCK=block,
+        a.nodes, b.nodes, key, order, a_val, b_val, _counter(a), k, a.size, a.depth - cut, cut,
+        MASKED=int(mask is not None), A_MIN=a.empty == float("inf"), B_MIN=b.empty == float("inf"),
+        TWO=len(trees) == 2, HALF=1 << (TOP_LOG - 1) if TOP_LOG > 1 else 2, FENCE=index.is_cuda,
+        BLOCK=block,
         num_warps=8 if block >= 1024 else 4, enable_fp_fusion=False)

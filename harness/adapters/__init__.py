@@ -69,6 +69,12 @@ BUILTIN: dict[str, Builtin] = {
     "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
     # d3rlpy's ReplayBuffer(FIFOBuffer) (the 'd3rlpy' group, its own validate environment)
     "d3rlpy": Builtin("rbcheck.harness.adapters.d3rlpy:d3rlpy_adapter", False),
+    # flashbax's trajectory buffer for invariant 10 (group flashbax)
+    "flashbax-trajectory": Builtin("rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_adapter", False),
+    "flashbax-trajectory-pairs": Builtin(
+        "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_pairs_adapter", False),
+    "flashbax-trajectory-per": Builtin(
+        "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_per_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

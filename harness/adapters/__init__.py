@@ -73,6 +73,12 @@ BUILTIN: dict[str, Builtin] = {
     "cpprb-nstep": Builtin("rbcheck.harness.adapters.cpprb_transitions:cpprb_nstep_adapter", False),
     # tianshou's Algorithm.compute_nstep_return on the buffer's samples (invariant 10; group tianshou)
     "tianshou-nstep": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_nstep_adapter", False),
+    # flashbax's trajectory buffer for invariant 10 (group flashbax)
+    "flashbax-trajectory": Builtin("rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_adapter", False),
+    "flashbax-trajectory-pairs": Builtin(
+        "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_pairs_adapter", False),
+    "flashbax-trajectory-per": Builtin(
+        "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_per_adapter", False),
     # TorchRL's SliceSampler end flags (invariant 10; group torchrl)
     "torchrl-slices": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_slices_adapter", False),
 }

@@ -60,11 +60,18 @@ step() {  # step NAME BUDGET COMMAND...: run with a time limit, log, record
 setup() {
     echo "--- environment"
     command -v "$PY"
-    "$PY" --version
     nvidia-smi -L 2>&1 | head -4
-    "$PY" -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), \
-torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || return 1
-    "$PY" -c "import triton; print('triton', triton.__version__)" || echo "triton does not import"
+    "$PY" - <<'PYEOF' || return 1
+import importlib, platform
+import torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+for name in ("triton", "tensordict", "safetensors", "hypothesis", "pytest", "scipy", "numpy"):
+    try:
+        print(name, getattr(importlib.import_module(name), "__version__", "?"))
+    except Exception as error:
+        print("missing:", name, type(error).__name__, error)
+PYEOF
     echo "--- dependencies"
     if ! "$PY" -c "import tensordict" 2>/dev/null; then
         if compgen -G ".whl/*.whl" >/dev/null; then
@@ -75,11 +82,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || return 1
                 --target /tmp/gpu_check_site $WHEELS || echo "no index answered and no .whl/"
         fi
     fi
-    for m in safetensors hypothesis pytest scipy numpy; do
-        "$PY" -c "import $m" 2>/dev/null || echo "missing: $m"
-    done
-    if "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/gpu_check_pip.txt 2>&1 \
-            && "$PY" -c "import rbcheck.variants" 2>/dev/null; then
+    if "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/gpu_check_pip.txt 2>&1; then
         echo "rbcheck installed (editable, no dependencies)"
     else
         cat /tmp/gpu_check_pip.txt
@@ -92,7 +95,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || return 1
 print('rbcheck imports; triton kernels:', t.UNAVAILABLE or 'available'); print('tensordict', tensordict.__version__)"
 }
 
-export PYTHONPATH="/tmp/gpu_check_site:/tmp/gpu_check_shim${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="/tmp/gpu_check_shim${PYTHONPATH:+:$PYTHONPATH}:/tmp/gpu_check_site"  # the machine's own packages first
 export -f setup
 step setup "$B_SETUP" bash -c setup
 step tests "$B_TESTS" "$PY" -m pytest tests/variants/test_triton.py tests/variants/test_cuda.py \

@@ -18,7 +18,7 @@
 #   4. python -m bench.gpu_bench (2^24 and 2^20; JSON and markdown);
 #   5. pytest rbcheck/conformance --impl triton --rbcheck-device cuda (ci profile).
 # Budgets (seconds) add up to about 6 minutes: override with GPU_CHECK_BUDGETS
-# ("setup tests bench conformance", default "90 100 170 100").
+# ("setup tests bench conformance", default "60 90 150 80").
 set -u
 cd "$(dirname "$0")/.."
 WHEELS="tensordict==0.14.3 orjson pyvers importlib_metadata zipp lazy-importer"
@@ -35,7 +35,7 @@ mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
 SUMMARY="$OUT/gpu_check.md"
 : >"$LOG"
-read -r B_SETUP B_TESTS B_BENCH B_CONF <<<"${GPU_CHECK_BUDGETS:-90 100 170 100}"
+read -r B_SETUP B_TESTS B_BENCH B_CONF <<<"${GPU_CHECK_BUDGETS:-60 90 150 80}"
 PY="${PYTHON:-python3}"
 export PY WHEELS PYTHONUNBUFFERED=1 RBCHECK_PROFILE=ci
 STATUS=0

@@ -670,9 +670,8 @@ class RLlib(Peer):
         buf.rb.update_priorities(index, priority)
 
     def priority_at(self, buf, slots):
-        tree = buf.rb._it_sum._value  # leaves: the second half (rllib/execution/segment_tree.py)
-        half = len(tree) // 2
-        return np.array([tree[half + int(s)] for s in slots], dtype=np.float64)
+        tree = buf.rb._it_sum  # leaves: value[capacity:] (rllib/execution/segment_tree.py)
+        return np.array([tree.value[tree.capacity + int(s)] for s in slots], dtype=np.float64)
 
     def rows_at(self, buf, slots):
         storage = buf.rb._storage

@@ -196,3 +196,16 @@ def test_parts_from_other_environments_are_merged_into_the_table(tmp_path):
     assert P.render(P.load_report(tmp_path / "peers.json", parts=[])) == P.render(main)
     P.main(["--render", str(tmp_path / "peers.json"), "-o", str(tmp_path / "peers.md")])
     assert (tmp_path / "peers.md").read_text() == text
+
+
+@pytest.mark.parametrize("peer, module", [(P.Flashbax, "flashbax"), (P.RLlib, "ray.rllib.utils.replay_buffers")])
+def test_library_drivers_pass_every_check_at_a_small_size(peer, module):
+    """The RLlib and flashbax drivers (each library in its own dependency group: skipped here
+    when it is not installed) answer every check and get a number for each operation they have."""
+    pytest.importorskip(module)
+    report = P.run([peer()], log=lambda line: None, **SMALL)
+    status = report["peers"][peer.name]
+    assert status["skipped"] is None, status
+    timed = {r["op"] for r in report["ratios"]}
+    assert timed == set(P.ops_for(SMALL["extend_sizes"])) - set(status["ops_skipped"])
+    assert report["checks_passed"] > 10

@@ -263,7 +263,8 @@ def bench(session: nox.Session) -> None:
     throughput plot in reports/bench_throughput.png; then rbcheck's `device`
     variant side by side with every peer (bench/peers.py: TorchRL, cpprb,
     tianshou, stable-baselines3; each answer checked first, three runs) into
-    reports/peers.json, rendered to docs/results/peers.md. Quote ratios, not times."""
+    reports/peers.json, flashbax and RLlib each alone into reports/peers.NAME.json,
+    all rendered to docs/results/peers.md. Quote ratios, not times."""
     install(session, "test", "bench", "torchrl", *THIRD_PARTY_GROUPS)
     ensure_torchrl_extension(session)
     # one intra-op thread: stable numbers on shared machines (docs/benchmarks.md)
@@ -278,7 +279,18 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.ratios", "reports/bench.json", "--format", "markdown",
                 "-o", "reports/bench_ratios.md", silent=True)
     session.run("python", "-m", "bench.plot", "reports/bench.json", "-o", "reports/bench_throughput.png")
-    session.run("python", "-m", "bench.peers", "--runs", "3", "--out", "reports/peers.json")
+    session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "torchrl,cpprb,tianshou,sb3",
+                "--out", "reports/peers.json")
+    # parts (bench.peers merges reports/peers.NAME.json into the table): each library with a
+    # dependency group of its own runs alone, rbcheck timed in the same process; they install
+    # together here, and each can run in an environment of its own. RLlib stores one Python
+    # object per row: 2^18 rows (filling 2^20 takes over ten minutes per buffer here).
+    session.env.setdefault("JAX_PLATFORMS", "cpu")
+    session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "flashbax",
+                "--out", "reports/peers.flashbax.json")
+    session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "rllib", "--capacity", "262144",
+                "--out", "reports/peers.rllib.json")
     session.run("python", "-m", "bench.peers", "--costs", "--out", "reports/peers.json")
     session.run("python", "-m", "bench.peers", "--render", "reports/peers.json", "-o", "docs/results/peers.md")
 

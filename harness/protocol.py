@@ -121,6 +121,8 @@ NSTEP_FORMS = ("return", "window")
 INCOMPLETE_WINDOWS = ("shorten", "exclude")
 TERMINAL_FLAGS = ("terminated", "done")
 PRIORITY_DTYPES = (torch.float64, torch.float32)
+CAPACITY_COUNTS = ("rows", "complete_transitions")
+TERMINAL_NEXT_OBS = ("final", "zeros")
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,20 @@ class Conventions:
       properties then draw priorities > 0 (``strategies.priorities``), and
       the bad-input case ``priority_zero`` checks that a 0 is refused like
       any bad input: an exception, and nothing changed.
+    * ``capacity_counts`` (capability ``"transitions"``): what the capacity
+      counts, so which env steps are held. ``"rows"`` (spec: every step is a
+      row from its write on; the last ``capacity`` written are held) or
+      ``"complete_transitions"`` (a step is held only once its transition is
+      complete: the next step of its episode has been written, or the step
+      terminated; the last step of a truncated episode never is, its final
+      observation is never handed in; the last ``capacity`` steps in the order
+      they completed are held; d3rlpy's online path). Not defined with
+      ``nstep`` (the oracle refuses the pair).
+    * ``terminal_next_obs`` (capability ``"transitions"``): a *terminated*
+      step's ``next_obs``: ``"final"`` (spec: its own final observation) or
+      ``"zeros"`` (all zeros; the buffer never had the final observation and
+      ``terminated`` keeps the learner from reading it). Truncated steps are
+      not concerned: their own final observation is required under both.
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.
@@ -191,6 +207,8 @@ class Conventions:
     incomplete_windows: str = "shorten"
     terminal_flag: str = "terminated"
     positive_priorities: bool = False
+    capacity_counts: str = "rows"
+    terminal_next_obs: str = "final"
 
     def __post_init__(self) -> None:
         choices = {
@@ -202,6 +220,8 @@ class Conventions:
             "nstep_form": NSTEP_FORMS,
             "incomplete_windows": INCOMPLETE_WINDOWS,
             "terminal_flag": TERMINAL_FLAGS,
+            "capacity_counts": CAPACITY_COUNTS,
+            "terminal_next_obs": TERMINAL_NEXT_OBS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)

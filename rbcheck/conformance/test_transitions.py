@@ -6,9 +6,12 @@ interleaved where the buffer takes an env id, terminations and truncations in
 any mix, before, at and long after the ring's first wrap.
 
 Conventions (``Conventions.transition_fields``, ``nstep_form``,
-``incomplete_windows``, ``terminal_flag``) are checked in their own terms: a
-buffer that takes a timeout for a termination still returns each truncated
-step's own final observation."""
+``incomplete_windows``, ``terminal_flag``, ``capacity_counts``,
+``terminal_next_obs``) are checked in their own terms: a buffer that takes a
+timeout for a termination still returns each truncated step's own final
+observation; one whose capacity counts complete transitions samples exactly
+the steps that are held in those terms; one that returns zeros as a
+terminated step's next observation returns exactly zeros there."""
 
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from rbcheck.harness.assertions import Trace, fail
 from rbcheck.harness.transition_streams import Stream, transition_setups
 from rbcheck.reference.transitions import Transitions
 
-pytestmark = pytest.mark.requires("transitions")
+pytestmark = [pytest.mark.requires("transitions"),
+              pytest.mark.conventions("transition_fields", "nstep_form", "incomplete_windows", "terminal_flag",
+                                      "capacity_counts", "terminal_next_obs")]
 
 
 class Oracle:
@@ -29,14 +34,24 @@ class Oracle:
 
     def __init__(self, stream: Stream, spec, conventions):
         self.spec, self.conv = spec, conventions
-        self.held = stream.held(spec.capacity)
-        self.first = int(self.held["id"][0])
-        self.newest = int(self.held["id"][-1])
+        if spec.nstep and conventions.capacity_counts != "rows":
+            raise ValueError(f"Conventions.capacity_counts={conventions.capacity_counts!r} with spec.nstep="
+                             f"{spec.nstep}, but should be 'rows': n-step windows over complete transitions "
+                             f"are not defined")
+        self.held = stream.held(spec.capacity, conventions.capacity_counts)
+        ids = self.held["id"]
+        self.first = int(ids[0]) if len(ids) else 0
+        self.newest = int(ids[-1]) if len(ids) else -1
+        self.position = torch.full((stream.total,), -1, dtype=torch.long)  # row id -> held position, -1 not held
+        self.position[ids] = torch.arange(len(ids))
         self.tr = Transitions(self.held)
         h = len(self.tr)
         done = conventions.terminal_flag == "done"
         self.flag = self.held["terminated"] | (self.held["truncated"] if done else False)
         self.next_obs = self.held["next_obs"]
+        if conventions.terminal_next_obs == "zeros":
+            self.next_obs = torch.where(self.held["terminated"][:, None], torch.zeros_like(self.next_obs),
+                                        self.next_obs)
         if spec.nstep:
             n, gamma = spec.nstep, spec.gamma
             ns = [self.tr.nstep(t, n, gamma, conventions.terminal_flag) for t in range(h)]
@@ -55,10 +70,18 @@ class Oracle:
         if "id" not in rows.keys():
             fail("keys of a transitions sample", sorted(map(str, rows.keys())), "to include 'id'", trace)
         ids = rows["id"].cpu().reshape(-1).long()
-        bad = (ids < self.first) | (ids > self.newest)
+        bad = (ids < 0) | (ids >= len(self.position))
+        bad |= self.position[ids.clamp(0, len(self.position) - 1)] < 0
         if bad.any():
-            fail("sampled row id", int(ids[bad][0]), f"a held row, in [{self.first}, {self.newest}]", trace)
-        return ids - self.first
+            fail("sampled row id", int(ids[bad][0]), f"a held row, {self.describe_held()}", trace)
+        return self.position[ids]
+
+    def describe_held(self) -> str:
+        ids = self.held["id"].tolist()
+        if self.conv.capacity_counts == "rows":
+            return f"in [{self.first}, {self.newest}]"
+        return (f"one of {ids} (capacity_counts={self.conv.capacity_counts!r}: the last {self.spec.capacity} "
+                f"steps whose transitions are complete)")
 
 
 def write(impl, spec, stream: Stream):
@@ -72,6 +95,14 @@ def write(impl, spec, stream: Stream):
 
 
 def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
+    if len(oracle.tr) == 0:  # nothing held yet (capacity_counts="complete_transitions"): a refusal is the answer
+        trace.op("rows, info = buf.sample(1)")
+        try:
+            rows, _ = buf.sample(1)
+        except Exception:  # noqa: BLE001 - any refusal will do: no step is held
+            return None, None
+        fail("rows sampled from a buffer that holds no complete transition", len(rows),
+             f"a refusal (capacity_counts={oracle.conv.capacity_counts!r}: no step of the stream is complete)", trace)
     batch = per_row * len(oracle.tr)
     trace.op(f"rows, info = buf.sample({batch})")
     if oracle.spec.nstep and oracle.conv.incomplete_windows == "exclude" and not oracle.complete.any():
@@ -113,7 +144,8 @@ def check_transitions(impl, spec, oracle: Oracle, rows, p, trace, *, skip_incomp
             fail(f"keys of a transitions sample (declared transition_fields={conv.transition_fields})",
                  sorted(map(str, rows.keys())), f"to include {f!r}", trace)
         want = {"terminated": oracle.flag, "next_obs": oracle.next_obs}.get(f, oracle.held.get(f))
-        detail = f"terminal_flag={conv.terminal_flag!r}" if f == "terminated" else ""
+        detail = {"terminated": f"terminal_flag={conv.terminal_flag!r}",
+                  "next_obs": f"terminal_next_obs={conv.terminal_next_obs!r}"}.get(f, "")
         first_bad(f"sample[{f!r}]", rows[f], want[p], p, oracle, trace, detail)
     if not spec.nstep:
         return
@@ -221,9 +253,17 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
                  f"{int(step[b]) + most}, the next_obs of a held row from id {int(ids[b])} to {oracle.newest}", trace)
         return st_ - step
 
-    everything = torch.ones(len(p), dtype=torch.bool)
+    by_episode = torch.ones(len(p), dtype=torch.bool)
     if "next_obs" in conv.transition_fields:
-        check_obs("sample['next_obs']", rows["next_obs"], 1, everything)
+        if conv.terminal_next_obs == "zeros":  # a terminated step's next_obs is exactly zeros, the others as always
+            terminated = oracle.held["terminated"][p]
+            nonzero = (rows["next_obs"].cpu().double().reshape(len(p), -1) != 0).any(1)
+            if (terminated & nonzero).any():
+                b = int((terminated & nonzero).nonzero()[0])
+                fail(f"sample['next_obs'] of sampled row {b} (row id {int(ids[b])}, terminated)", rows["next_obs"][b],
+                     "zeros (terminal_next_obs='zeros')", trace)
+            by_episode = ~terminated
+        check_obs("sample['next_obs']", rows["next_obs"], 1, by_episode)
     if not spec.nstep:
         return
     if conv.nstep_form == "window":

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections import deque
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
+from rbcheck.harness.transition_streams import LAYOUT
 from tests.mutants.registry import control, mutant
 
 T = "test_transitions"
@@ -35,7 +36,10 @@ class FifoTransitions:
     def __init__(self, spec: BufferSpec, bugs: frozenset[str]):
         self.spec, self.bugs = spec, bugs
         self.fifo: deque[int] = deque()  # the ids of the held steps, in the order they completed
-        self.rows: dict[int, TensorDictBase] = {}
+        self.batches: list[TensorDictBase] = []  # every row written, in write order
+        self.where: dict[int, int] = {}  # row id -> position in the rows written
+        self.episode: dict[int, int] = {}  # row id -> its episode
+        self.terminated: set[int] = set()
         self.pending: dict[int, int] = {}  # env -> the id of its running episode's newest step
         self.written = 0
         self.gen = torch.Generator().manual_seed(spec.seed)
@@ -43,25 +47,26 @@ class FifoTransitions:
     def _complete(self, i: int) -> None:
         self.fifo.append(i)
         if "counts_episodes" in self.bugs:  # the limit counts episodes: whole episodes are kept
-            episodes = list(dict.fromkeys(int(self.rows[j]["episode"]) for j in self.fifo))
-            while len(episodes) > self.spec.capacity:
-                oldest = episodes.pop(0)
-                while self.fifo and int(self.rows[self.fifo[0]]["episode"]) == oldest:
+            while len({self.episode[j] for j in self.fifo}) > self.spec.capacity:
+                oldest = self.episode[self.fifo[0]]
+                while self.fifo and self.episode[self.fifo[0]] == oldest:
                     self.fifo.popleft()
         elif len(self.fifo) > self.spec.capacity:
             self.fifo.popleft()
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
-        for k in range(len(data)):
-            row = data[k].clone()
-            i, env = int(row["id"]), int(row["env"])
-            self.rows[i] = row
-            if env in self.pending:  # its predecessor's next observation is known now
-                self._complete(self.pending.pop(env))
-            if row["terminated"]:
+        self.batches.append(data.select(*LAYOUT).to_tensordict())
+        ids, envs, episodes = data["id"].tolist(), data["env"].tolist(), data["episode"].tolist()
+        terminated, truncated = data["terminated"].tolist(), data["truncated"].tolist()
+        for k, i in enumerate(ids):
+            self.where[i], self.episode[i] = self.written + k, episodes[k]
+            if envs[k] in self.pending:  # its predecessor's next observation is known now
+                self._complete(self.pending.pop(envs[k]))
+            if terminated[k]:
+                self.terminated.add(i)
                 self._complete(i)
-            elif not row["truncated"]:
-                self.pending[env] = i
+            elif not truncated[k]:
+                self.pending[envs[k]] = i
         self.written += len(data)
         return data["id"].reshape(-1).long() % self.spec.capacity
 
@@ -85,21 +90,22 @@ class FifoTransitions:
     def write_count(self) -> int:
         return self.written
 
-    def _next_obs(self, i: int) -> torch.Tensor:
-        row = self.rows[i]
-        if row["terminated"]:
-            if "terminal_next_is_next_episode" in self.bugs and i + self.spec.num_envs in self.rows:
-                return self.rows[i + self.spec.num_envs]["obs"]  # the env's next row: another episode's first obs
-            return torch.zeros_like(row["obs"])
-        if i in self.pending.values():
-            return torch.zeros_like(row["obs"])  # not known yet
-        return self.rows[i + self.spec.num_envs]["obs"]
+    def _next(self, i: int) -> int | None:
+        """The position of the row whose obs is ``i``'s next observation; None for zeros."""
+        following = i + self.spec.num_envs  # the env's next row
+        if i in self.terminated:
+            if "terminal_next_is_next_episode" in self.bugs:  # another episode's first obs, or its own for the newest
+                return self.where.get(following, self.where[i])
+            return None
+        return None if i in self.pending.values() else self.where[following]  # pending: not known yet
 
-    def _gather(self, ids: list[int]) -> TensorDict:
-        if not ids:
-            return TensorDict({}, batch_size=[0])
-        rows = torch.stack([self.rows[i] for i in ids]).to_tensordict()
-        rows["next_obs"] = torch.stack([self._next_obs(i) for i in ids])
+    def _gather(self, ids: list[int]) -> TensorDictBase:
+        every = torch.cat(self.batches)
+        rows = every[torch.tensor([self.where[i] for i in ids], dtype=torch.long)]
+        following = [self._next(i) for i in ids]
+        known = torch.tensor([f is not None for f in following])
+        nxt = every["obs"][torch.tensor([f if f is not None else 0 for f in following], dtype=torch.long)]
+        rows["next_obs"] = torch.where(known[:, None], nxt, torch.zeros_like(nxt))
         return rows
 
     def contents(self) -> TensorDictBase:
@@ -141,7 +147,8 @@ def fifo_samples_the_pending_step():
     return _adapter("fifo_samples_the_pending_step", ("samples_pending",))
 
 
-@mutant(bug="terminal_next_obs='zeros' declared, but a terminated step's next_obs is the next episode's first obs",
+@mutant(bug="terminal_next_obs='zeros' declared, but a terminated step's next_obs is the next episode's first obs "
+            "(its own obs while it is the newest row)",
         catches=(MATCH, WINDOW), control=fifo_transitions, kind="convention", in_process=True)
 def fifo_terminal_next_obs_from_the_next_episode():
     return _adapter("fifo_terminal_next_obs_from_the_next_episode", ("terminal_next_is_next_episode",))

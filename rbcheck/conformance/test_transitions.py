@@ -189,7 +189,9 @@ def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
     the next episode's first one, not the obs of the step); it is not
     reported terminated unless the buffer declares ``terminal_flag="done"``;
     an n-step window ending on it bootstraps from that final observation with
-    discount gamma**m (0 under ``"done"``)."""
+    discount gamma**m (0 under ``"done"``). Under
+    ``capacity_counts="complete_transitions"`` a truncated episode's last step
+    is never held: sampling it fails, like any row not held."""
     conv = impl.conventions
     if "next_obs" not in conv.transition_fields and not impl.has("nstep"):
         pytest.skip("the buffer returns neither next_obs nor n-step quantities (transition_fields)")

@@ -6,12 +6,12 @@ interleaved where the buffer takes an env id, terminations and truncations in
 any mix, before, at and long after the ring's first wrap.
 
 Conventions (``Conventions.transition_fields``, ``nstep_form``,
-``incomplete_windows``, ``terminal_flag``, ``capacity_counts``,
-``terminal_next_obs``) are checked in their own terms: a buffer that takes a
-timeout for a termination still returns each truncated step's own final
-observation; one whose capacity counts complete transitions samples exactly
-the steps that are held in those terms; one that returns zeros as a
-terminated step's next observation returns exactly zeros there."""
+``incomplete_windows``, ``terminal_flag``, ``nstep_ring``,
+``capacity_counts``, ``terminal_next_obs``) are checked in their own terms: a
+buffer that takes a timeout for a termination still returns each truncated
+step's own final observation; one whose capacity counts complete transitions
+samples exactly the steps that are held in those terms; one that returns
+zeros as a terminated step's next observation returns exactly zeros there."""
 
 from __future__ import annotations
 
@@ -26,11 +26,21 @@ from rbcheck.reference.transitions import Transitions
 
 pytestmark = [pytest.mark.requires("transitions"),
               pytest.mark.conventions("transition_fields", "nstep_form", "incomplete_windows", "terminal_flag",
-                                      "capacity_counts", "terminal_next_obs")]
+                                      "nstep_ring", "capacity_counts", "terminal_next_obs")]
 
 
 class Oracle:
-    """The expected value of every held row, by position (0 = oldest held)."""
+    """The expected value of every held row, by position (0 = oldest held).
+
+    Windows are walked over every row written (``self.tr``, write order =
+    row id); under the spec a ring holds the last ``capacity`` rows, so a
+    held row's window only reaches held rows, exactly as over the held rows
+    alone. Under ``nstep_ring="completed_windows"`` it holds the last
+    ``capacity`` rows whose window is complete, in the order they completed,
+    and a window may reach rows written after the ring's newest. Under
+    ``capacity_counts="complete_transitions"`` (no ``nstep``) it holds the
+    last ``capacity`` steps whose transitions are complete
+    (:meth:`Stream.held`)."""
 
     def __init__(self, stream: Stream, spec, conventions):
         self.spec, self.conv = spec, conventions
@@ -38,50 +48,57 @@ class Oracle:
             raise ValueError(f"Conventions.capacity_counts={conventions.capacity_counts!r} with spec.nstep="
                              f"{spec.nstep}, but should be 'rows': n-step windows over complete transitions "
                              f"are not defined")
-        self.held = stream.held(spec.capacity, conventions.capacity_counts)
-        ids = self.held["id"]
-        self.first = int(ids[0]) if len(ids) else 0
-        self.newest = int(ids[-1]) if len(ids) else -1
-        self.position = torch.full((stream.total,), -1, dtype=torch.long)  # row id -> held position, -1 not held
-        self.position[ids] = torch.arange(len(ids))
-        self.tr = Transitions(self.held)
-        h = len(self.tr)
-        done = conventions.terminal_flag == "done"
-        self.flag = self.held["terminated"] | (self.held["truncated"] if done else False)
+        self.rows = stream.rows()
+        self.tr = Transitions(self.rows)
+        total = len(self.tr)
+        self.written = total - 1  # the newest row written (the write cursor is after it)
+        n = spec.nstep
+        if n and conventions.nstep_ring == "completed_windows":
+            done = [(self.tr.window(t, n)[-1], t) for t in range(total) if self.tr.complete(t, n)]
+            held_ids = sorted(t for _, t in sorted(done)[-spec.capacity:])
+        elif conventions.capacity_counts == "complete_transitions":
+            held_ids = stream.held(spec.capacity, conventions.capacity_counts)["id"].tolist()
+        else:
+            held_ids = list(range(max(0, total - spec.capacity), total))
+        ids = torch.tensor(held_ids, dtype=torch.long)
+        self.held = self.rows[ids]
+        self.size = len(held_ids)
+        self.position = torch.full((total,), -1, dtype=torch.long)  # row id -> held position, -1 if not held
+        self.position[ids] = torch.arange(self.size)
+        done_flag = conventions.terminal_flag == "done"
+        self.flag = self.held["terminated"] | (self.held["truncated"] if done_flag else False)
         self.next_obs = self.held["next_obs"]
         if conventions.terminal_next_obs == "zeros":
             self.next_obs = torch.where(self.held["terminated"][:, None], torch.zeros_like(self.next_obs),
                                         self.next_obs)
-        if spec.nstep:
-            n, gamma = spec.nstep, spec.gamma
-            ns = [self.tr.nstep(t, n, gamma, conventions.terminal_flag) for t in range(h)]
+        if n:
+            gamma = spec.gamma
+            ns = [self.tr.nstep(t, n, gamma, conventions.terminal_flag) for t in held_ids]
             self.ret = torch.tensor([x.ret for x in ns], dtype=torch.float64)
             self.discount = torch.tensor([x.discount for x in ns], dtype=torch.float64)
             self.length = torch.tensor([x.length for x in ns])
-            self.boot = torch.stack([x.obs for x in ns])
-            self.complete = torch.tensor([self.tr.complete(t, n) for t in range(h)])
-            ids = self.held["id"]
-            self.window = torch.full((h, n), -1, dtype=torch.long)
-            for t in range(h):
+            self.boot = torch.stack([x.obs for x in ns]) if ns else self.next_obs[:0]
+            self.complete = torch.tensor([self.tr.complete(t, n) for t in held_ids], dtype=torch.bool)
+            self.window = torch.full((self.size, n), -1, dtype=torch.long)  # row ids, -1 after the end
+            for p, t in enumerate(held_ids):
                 w = self.tr.window(t, n)
-                self.window[t, : len(w)] = ids[w]
+                self.window[p, : len(w)] = torch.tensor(w)
 
     def positions(self, rows, trace: Trace) -> torch.Tensor:
         if "id" not in rows.keys():
             fail("keys of a transitions sample", sorted(map(str, rows.keys())), "to include 'id'", trace)
         ids = rows["id"].cpu().reshape(-1).long()
-        bad = (ids < 0) | (ids >= len(self.position))
-        bad |= self.position[ids.clamp(0, len(self.position) - 1)] < 0
+        p = self.position[ids.clamp(0, self.written)]
+        bad = (ids < 0) | (ids > self.written) | (p < 0)
         if bad.any():
-            fail("sampled row id", int(ids[bad][0]), f"a held row, {self.describe_held()}", trace)
-        return self.position[ids]
-
-    def describe_held(self) -> str:
-        ids = self.held["id"].tolist()
-        if self.conv.capacity_counts == "rows":
-            return f"in [{self.first}, {self.newest}]"
-        return (f"one of {ids} (capacity_counts={self.conv.capacity_counts!r}: the last {self.spec.capacity} "
-                f"steps whose transitions are complete)")
+            held = self.held["id"].tolist()
+            ring = "" if self.conv.nstep_ring == "steps" else f" (nstep_ring={self.conv.nstep_ring!r})"
+            if self.conv.capacity_counts != "rows":
+                ring = (f" (capacity_counts={self.conv.capacity_counts!r}: the last {self.spec.capacity} steps "
+                        f"whose transitions are complete)")
+            want = f"a held row{ring}, one of {held}" if held else f"no row: none is held yet{ring}, so a sample is refused"
+            fail("sampled row id", int(ids[bad][0]), want, trace)
+        return p
 
 
 def write(impl, spec, stream: Stream):
@@ -95,15 +112,16 @@ def write(impl, spec, stream: Stream):
 
 
 def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
-    if len(oracle.tr) == 0:  # nothing held yet (capacity_counts="complete_transitions"): a refusal is the answer
+    if oracle.size == 0:  # nothing held yet: a refusal is the answer
         trace.op("rows, info = buf.sample(1)")
         try:
             rows, _ = buf.sample(1)
-        except Exception:  # noqa: BLE001 - any refusal will do: no step is held
+        except Exception:  # noqa: BLE001 - any refusal will do: no row is held
             return None, None
-        fail("rows sampled from a buffer that holds no complete transition", len(rows),
-             f"a refusal (capacity_counts={oracle.conv.capacity_counts!r}: no step of the stream is complete)", trace)
-    batch = per_row * len(oracle.tr)
+        if len(rows) == 0:
+            fail("rows in buf.sample(1) from a buffer that holds no row", 0, "a refusal (an exception)", trace)
+        return rows, oracle.positions(rows, trace)  # fails: no sampled id is held
+    batch = per_row * oracle.size
     trace.op(f"rows, info = buf.sample({batch})")
     if oracle.spec.nstep and oracle.conv.incomplete_windows == "exclude" and not oracle.complete.any():
         try:  # nothing may be sampled: an error is the answer
@@ -209,8 +227,8 @@ def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
         first_bad("sample['terminated'] of a truncated step", rows["terminated"][truncated],
                   oracle.flag[p][truncated], p[truncated], oracle, trace, f"terminal_flag={conv.terminal_flag!r}")
     if spec.nstep and conv.nstep_form == "return":
-        last = oracle.window[p].max(1).values - oracle.first  # the window's last held row
-        ends_truncated = oracle.held["truncated"][last] & ~oracle.held["terminated"][last]
+        last = oracle.window[p].max(1).values  # the id of the window's last row
+        ends_truncated = oracle.rows["truncated"][last] & ~oracle.rows["terminated"][last]
         if conv.incomplete_windows == "exclude":
             ends_truncated &= oracle.complete[p]
         q = p[ends_truncated]
@@ -246,13 +264,13 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
         obs = obs.cpu().double().reshape(len(p), -1)
         marker, ep, st_ = obs[:, 0], obs[:, 1], obs[:, 2]
         source = torch.where(marker < 0, -marker - 1, marker - spec.num_envs)  # the row whose next_obs it is
-        ok = (ep == episode) & (st_ > step) & (st_ <= step + most) & (source >= ids) & (source <= oracle.newest)
+        ok = (ep == episode) & (st_ > step) & (st_ <= step + most) & (source >= ids) & (source <= oracle.written)
         bad = mask & ~ok
         if bad.any():
             b = int(bad.nonzero()[0])
             fail(f"{what} of sampled row {b} (row id {int(ids[b])}, episode {int(episode[b])}, step {int(step[b])})",
                  obs[b], f"an observation of episode {int(episode[b])} from step {int(step[b]) + 1} to "
-                 f"{int(step[b]) + most}, the next_obs of a held row from id {int(ids[b])} to {oracle.newest}", trace)
+                 f"{int(step[b]) + most}, the next_obs of a row written from id {int(ids[b])} to {oracle.written}", trace)
         return st_ - step
 
     by_episode = torch.ones(len(p), dtype=torch.bool)
@@ -272,14 +290,14 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
         win = rows["window_id"].cpu().long().reshape(len(p), -1)
         for k in range(win.shape[1]):
             used = win[:, k] >= 0
-            pos = (win[:, k] - oracle.first).clamp(0, len(oracle.tr) - 1)
-            ok = (win[:, k] >= oracle.first) & (win[:, k] <= oracle.newest)
-            ok &= oracle.held["episode"][pos] == oracle.held["episode"][p]
-            ok &= oracle.held["step"][pos] == oracle.held["step"][p] + k
+            pos = win[:, k].clamp(0, oracle.written)
+            ok = (win[:, k] >= ids.long()) & (win[:, k] <= oracle.written)
+            ok &= oracle.rows["episode"][pos] == oracle.held["episode"][p]
+            ok &= oracle.rows["step"][pos] == oracle.held["step"][p] + k
             if (used & ~ok).any():
                 b = int((used & ~ok).nonzero()[0])
                 fail(f"sample['window_id'][{b}, {k}]", int(win[b, k]),
-                     f"a held row of episode {int(episode[b])} at step {int(step[b]) + k}", trace)
+                     f"a written row of episode {int(episode[b])} at step {int(step[b]) + k}", trace)
         return
     discount = rows["nstep_discount"].cpu().double().reshape(-1)
     boots = discount > 0

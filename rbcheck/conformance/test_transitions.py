@@ -129,7 +129,11 @@ def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
         except Exception:  # noqa: BLE001 - any refusal will do: no held row has a complete window
             return None, None
     else:
-        rows, _ = buf.sample(batch)
+        try:
+            rows, _ = buf.sample(batch)
+        except Exception as err:  # noqa: BLE001 - a refusal while rows are held is the failure to report
+            fail(f"buf.sample({batch})", f"{type(err).__name__}: {err}",
+                 f"{batch} rows: the buffer holds the rows {oracle.held['id'].tolist()}", trace)
     return rows, oracle.positions(rows, trace)
 
 

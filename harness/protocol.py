@@ -121,6 +121,7 @@ NSTEP_FORMS = ("return", "window")
 INCOMPLETE_WINDOWS = ("shorten", "exclude")
 TERMINAL_FLAGS = ("terminated", "done")
 PRIORITY_DTYPES = (torch.float64, torch.float32)
+EVICTIONS = ("ring", "whole_episodes")
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,15 @@ class Conventions:
       properties then draw priorities > 0 (``strategies.priorities``), and
       the bad-input case ``priority_zero`` checks that a 0 is refused like
       any bad input: an exception, and nothing changed.
+    * ``eviction`` (capability ``"transitions"``): which rows the buffer
+      holds after a stream of steps: ``"ring"`` (spec: the last ``capacity``
+      rows written) or ``"whole_episodes"`` (an episode buffer: ``capacity``
+      counts timesteps and the oldest episodes are dropped whole, so fewer
+      rows may be held, or more while a single episode is held). Checked in
+      its own terms: the rows the buffer reports holding (``contents()["id"]``)
+      are, for each episode, a run of its newest steps; more than
+      ``capacity`` of them belong to one episode; and every sampled row is
+      one of them, with windows over the held rows.
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.
@@ -191,6 +201,7 @@ class Conventions:
     incomplete_windows: str = "shorten"
     terminal_flag: str = "terminated"
     positive_priorities: bool = False
+    eviction: str = "ring"
 
     def __post_init__(self) -> None:
         choices = {
@@ -202,6 +213,7 @@ class Conventions:
             "nstep_form": NSTEP_FORMS,
             "incomplete_windows": INCOMPLETE_WINDOWS,
             "terminal_flag": TERMINAL_FLAGS,
+            "eviction": EVICTIONS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)

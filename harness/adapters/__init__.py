@@ -69,6 +69,9 @@ BUILTIN: dict[str, Builtin] = {
     "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
     # d3rlpy's ReplayBuffer(FIFOBuffer) (the 'd3rlpy' group, its own validate environment)
     "d3rlpy": Builtin("rbcheck.harness.adapters.d3rlpy:d3rlpy_adapter", False),
+    # RLlib's new-stack episode buffers, sampled as n-step transitions (invariant 10; group rllib)
+    "rllib-episodes": Builtin("rbcheck.harness.adapters.rllib_episodes:rllib_episodes_adapter", False),
+    "rllib-episodes-per": Builtin("rbcheck.harness.adapters.rllib_episodes:rllib_episodes_per_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

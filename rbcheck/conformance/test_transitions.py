@@ -16,6 +16,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tensordict import TensorDict
 
 from rbcheck.harness.assertions import Trace, fail
 from rbcheck.harness.transition_streams import Stream, transition_setups
@@ -27,11 +28,17 @@ pytestmark = pytest.mark.requires("transitions")
 class Oracle:
     """The expected value of every held row, by position (0 = oldest held)."""
 
-    def __init__(self, stream: Stream, spec, conventions):
+    def __init__(self, stream: Stream, spec, conventions, buf=None, trace: Trace | None = None):
         self.spec, self.conv = spec, conventions
-        self.held = stream.held(spec.capacity)
+        if conventions.eviction == "whole_episodes":
+            self.held = held_whole_episodes(stream, spec, buf, trace)
+        else:
+            self.held = stream.held(spec.capacity)
         self.first = int(self.held["id"][0])
         self.newest = int(self.held["id"][-1])
+        #: row id -> position among the held rows (-1: not held)
+        self.index = torch.full((stream.total,), -1, dtype=torch.long)
+        self.index[self.held["id"]] = torch.arange(len(self.held))
         self.tr = Transitions(self.held)
         h = len(self.tr)
         done = conventions.terminal_flag == "done"
@@ -55,10 +62,49 @@ class Oracle:
         if "id" not in rows.keys():
             fail("keys of a transitions sample", sorted(map(str, rows.keys())), "to include 'id'", trace)
         ids = rows["id"].cpu().reshape(-1).long()
-        bad = (ids < self.first) | (ids > self.newest)
+        bad = ~self.is_held(ids)
         if bad.any():
-            fail("sampled row id", int(ids[bad][0]), f"a held row, in [{self.first}, {self.newest}]", trace)
-        return ids - self.first
+            where = (f"in [{self.first}, {self.newest}]" if self.conv.eviction == "ring"
+                     else f"one of the rows the buffer holds, {self.held['id'].tolist()}")
+            fail("sampled row id", int(ids[bad][0]), f"a held row, {where}", trace)
+        return self.index[ids]
+
+    def is_held(self, ids: torch.Tensor) -> torch.Tensor:
+        inside = (ids >= 0) & (ids < len(self.index))
+        return inside & (self.index[ids.clamp(0, len(self.index) - 1)] >= 0)
+
+    def position(self, ids: torch.Tensor) -> torch.Tensor:
+        """Positions of held row ids (0 for a row not held: mask those with :meth:`is_held`)."""
+        return self.index[ids.clamp(0, len(self.index) - 1)].clamp(min=0)
+
+
+def held_whole_episodes(stream: Stream, spec, buf, trace: Trace) -> TensorDict:
+    """Under ``eviction="whole_episodes"``: the rows the buffer reports
+    holding (``contents()["id"]``), checked in the convention's terms: each
+    held episode's rows are its newest steps (dropped from the oldest end,
+    never from the middle), more than ``capacity`` rows only while one
+    episode is held, no row twice."""
+    rows = stream.rows()
+    trace.op("held = buf.contents()['id']")
+    ids = buf.contents()["id"].cpu().reshape(-1).long()
+    if len(ids) == 0 or ((ids < 0) | (ids >= len(rows))).any() or len(set(ids.tolist())) != len(ids):
+        fail("ids of the rows held (contents()['id'])", ids.tolist(),
+             f"distinct written rows in [0, {len(rows)}), at least one", trace)
+    ids = ids.sort().values
+    held = rows[ids]
+    episode = rows["episode"]
+    for ep in held["episode"].unique().tolist():
+        written = (episode == ep).nonzero().reshape(-1)
+        kept = ids[held["episode"] == ep]
+        if kept.tolist() != written[len(written) - len(kept):].tolist():
+            fail(f"rows of episode {ep} held", kept.tolist(),
+                 f"its newest {len(kept)} steps {written[len(written) - len(kept):].tolist()} "
+                 "(eviction='whole_episodes': an episode is dropped from its oldest end, whole)", trace)
+    if len(held) > spec.capacity and len(held["episode"].unique()) > 1:
+        fail(f"rows held with capacity={spec.capacity}", len(held),
+             f"at most {spec.capacity}, or one episode (eviction='whole_episodes'); held episodes "
+             f"{held['episode'].unique().tolist()}", trace)
+    return held
 
 
 def write(impl, spec, stream: Stream):
@@ -144,7 +190,7 @@ def test_sampled_transitions_match_the_oracle(impl, data):
     row (windows complete or, under ``"shorten"``, shortened at the cursor)."""
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, impl.conventions)
+    oracle = Oracle(stream, spec, impl.conventions, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -163,7 +209,7 @@ def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
         pytest.skip("the buffer returns neither next_obs nor n-step quantities (transition_fields)")
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep"), truncations=True), label="setup")
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -175,7 +221,7 @@ def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
         first_bad("sample['terminated'] of a truncated step", rows["terminated"][truncated],
                   oracle.flag[p][truncated], p[truncated], oracle, trace, f"terminal_flag={conv.terminal_flag!r}")
     if spec.nstep and conv.nstep_form == "return":
-        last = oracle.window[p].max(1).values - oracle.first  # the window's last held row
+        last = oracle.position(oracle.window[p].max(1).values)  # the window's last held row
         ends_truncated = oracle.held["truncated"][last] & ~oracle.held["terminated"][last]
         if conv.incomplete_windows == "exclude":
             ends_truncated &= oracle.complete[p]
@@ -197,7 +243,7 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
     conv = impl.conventions
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -212,7 +258,7 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
         obs = obs.cpu().double().reshape(len(p), -1)
         marker, ep, st_ = obs[:, 0], obs[:, 1], obs[:, 2]
         source = torch.where(marker < 0, -marker - 1, marker - spec.num_envs)  # the row whose next_obs it is
-        ok = (ep == episode) & (st_ > step) & (st_ <= step + most) & (source >= ids) & (source <= oracle.newest)
+        ok = (ep == episode) & (st_ > step) & (st_ <= step + most) & (source >= ids) & oracle.is_held(source.long())
         bad = mask & ~ok
         if bad.any():
             b = int(bad.nonzero()[0])
@@ -230,8 +276,8 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
         win = rows["window_id"].cpu().long().reshape(len(p), -1)
         for k in range(win.shape[1]):
             used = win[:, k] >= 0
-            pos = (win[:, k] - oracle.first).clamp(0, len(oracle.tr) - 1)
-            ok = (win[:, k] >= oracle.first) & (win[:, k] <= oracle.newest)
+            pos = oracle.position(win[:, k])
+            ok = oracle.is_held(win[:, k])
             ok &= oracle.held["episode"][pos] == oracle.held["episode"][p]
             ok &= oracle.held["step"][pos] == oracle.held["step"][p] + k
             if (used & ~ok).any():
@@ -264,7 +310,7 @@ def test_incomplete_windows_are_handled_as_declared(impl, data):
     spec, stream = data.draw(transition_setups(impl, nstep=True), label="setup")
     spec = spec.but(nstep=max(spec.nstep, 2))
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=16)
     if rows is None:
         return

@@ -59,8 +59,10 @@ Conventions (each cited in ``Conventions.notes``):
   prioritized one resamples every row whose n steps do not fit in its
   episode (perb.py:495-497): ``"exclude"``. A sample where no held row has
   n steps left would loop forever; the adapter raises instead after
-  ``200 * b + 1000`` draws (counting the buffer's own ``rng.random``
-  calls), so the property's "nothing may be sampled" branch sees an error.
+  ``200 * b + 1000`` draws (counting the buffer's own ``rng`` calls), so
+  the property's "nothing may be sampled" branch sees an error. The same
+  limit ends the uniform buffer's sample when it counts items negatively
+  (erb.py:1022, docs/findings.md).
 * ``terminal_flag="terminated"``: the learner masks ``TERMINATEDS`` only
   (dqn_learner.py:203-206); a truncated window bootstraps.
 
@@ -87,25 +89,36 @@ SRC = "ray 2.60.0 rllib/utils/replay_buffers"
 
 
 class DrawLimit(RuntimeError):
-    """RLlib's prioritized sample drew ``limit`` candidates without taking ``batch`` of them."""
+    """RLlib's sample drew ``limit`` candidates without completing its batch."""
 
 
 class CountingRng:
-    """The buffer's own generator, passed through, counting ``random()``
-    calls: past ``limit`` it raises :class:`DrawLimit` instead of letting
-    ``PrioritizedEpisodeReplayBuffer.sample`` loop forever (perb.py:464-497)."""
+    """The buffer's own generator, passed through, counting the draws that
+    pick a row (``random()``, perb.py:468; ``integers()``, erb.py:915): past
+    ``limit`` it raises :class:`DrawLimit` instead of letting a sample loop
+    forever (perb.py:464-497 resamples every row without n steps left;
+    erb.py:1022 can count items negatively, a random walk to ``num_items``)."""
 
-    def __init__(self, rng: np.random.Generator):
-        self.rng, self.calls, self.limit = rng, 0, None
+    WHY = {True: f"every candidate was resampled: no held row has n steps left in its episode ({SRC}/"
+                 "prioritized_episode_buffer.py:495-497)",
+           False: f"shortened windows counted as negative items ({SRC}/episode_replay_buffer.py:1022)"}
 
-    def random(self, *args, **kwargs):
+    def __init__(self, rng: np.random.Generator, prioritized: bool):
+        self.rng, self.calls, self.limit, self.prioritized = rng, 0, None, prioritized
+
+    def _count(self) -> None:
         self.calls += 1
         if self.limit is not None and self.calls > self.limit:
-            raise DrawLimit(
-                f"RLlib's PrioritizedEpisodeReplayBuffer.sample drew {self.limit} candidates and resampled "
-                f"every one (no held row has n steps left in its episode, {SRC}/prioritized_episode_buffer.py:"
-                f"495-497): it would loop forever")
+            raise DrawLimit(f"RLlib's {'Prioritized' if self.prioritized else ''}EpisodeReplayBuffer.sample drew "
+                            f"{self.limit} candidates without completing its batch ({self.WHY[self.prioritized]})")
+
+    def random(self, *args, **kwargs):
+        self._count()
         return self.rng.random(*args, **kwargs)
+
+    def integers(self, *args, **kwargs):
+        self._count()
+        return self.rng.integers(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.rng, name)
@@ -127,7 +140,7 @@ class RLlibEpisodes(OwnRandomness):
         else:
             mod = importlib.import_module("ray.rllib.utils.replay_buffers.episode_replay_buffer")
             self.rb = mod.EpisodeReplayBuffer(capacity=spec.capacity)
-        self.rng = CountingRng(np.random.default_rng(spec.seed))
+        self.rng = CountingRng(np.random.default_rng(spec.seed), prioritized)
         self.rb.rng = self.rng
         e = spec.num_envs
         self.episode_id = [f"env{k}-0" for k in range(e)]  # what an EnvRunner keeps per env
@@ -173,7 +186,7 @@ class RLlibEpisodes(OwnRandomness):
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
         gamma = self.spec.gamma
-        self.rng.calls, self.rng.limit = 0, (200 * batch_size + 1000) if self.prioritized else None
+        self.rng.calls, self.rng.limit = 0, 200 * max(int(batch_size or 0), 0) + 1000
         try:
             out = self.rb.sample(num_items=batch_size, n_step=self.spec.nstep or 1, gamma=gamma, beta=self.spec.beta,
                                  batch_length_T=0, lookback=0, min_batch_length_T=0, sample_episodes=True)

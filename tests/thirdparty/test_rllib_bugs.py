@@ -251,7 +251,9 @@ def episode(eid: str, length: int, terminated: bool = False, truncated: bool = F
 
 def episode_buffer(*episodes, prioritized: bool = False, capacity: int = 100):
     from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer
-    from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer
+    from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
+        PrioritizedEpisodeReplayBuffer,
+    )
 
     buf = PrioritizedEpisodeReplayBuffer(capacity=capacity) if prioritized else EpisodeReplayBuffer(capacity=capacity)
     buf.rng = DrawLimit(0)

@@ -60,9 +60,10 @@ Conventions (each cited in ``Conventions.notes``):
   episode (perb.py:495-497): ``"exclude"``. A sample where no held row has
   n steps left would loop forever; the adapter raises instead after
   ``200 * b + 1000`` draws (counting the buffer's own ``rng`` calls), so
-  the property's "nothing may be sampled" branch sees an error. The same
-  limit ends the uniform buffer's sample when it counts items negatively
-  (erb.py:1022, docs/findings.md).
+  the property's "nothing may be sampled" branch sees an error. The uniform
+  buffer draws exactly ``b`` times unless it counts a shortened window as a
+  negative number of items (erb.py:1022, docs/findings.md), a random walk
+  to ``b`` that may not end: the adapter raises after ``4 * b + 100`` draws.
 * ``terminal_flag="terminated"``: the learner masks ``TERMINATEDS`` only
   (dqn_learner.py:203-206); a truncated window bootstraps.
 
@@ -186,7 +187,10 @@ class RLlibEpisodes(OwnRandomness):
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
         gamma = self.spec.gamma
-        self.rng.calls, self.rng.limit = 0, 200 * max(int(batch_size or 0), 0) + 1000
+        b = max(int(batch_size or 0), 0)
+        # every draw of the uniform buffer counts one item unless it counts one negatively (erb.py:1022); the
+        # prioritized one resamples rows without n steps left, which may be all but one of the held rows
+        self.rng.calls, self.rng.limit = 0, (200 * b + 1000) if self.prioritized else (4 * b + 100)
         try:
             out = self.rb.sample(num_items=batch_size, n_step=self.spec.nstep or 1, gamma=gamma, beta=self.spec.beta,
                                  batch_length_T=0, lookback=0, min_batch_length_T=0, sample_episodes=True)

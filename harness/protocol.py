@@ -121,6 +121,9 @@ NSTEP_FORMS = ("return", "window")
 INCOMPLETE_WINDOWS = ("shorten", "exclude")
 TERMINAL_FLAGS = ("terminated", "done")
 PRIORITY_DTYPES = (torch.float64, torch.float32)
+#: What an n-step buffer's capacity counts: env steps (spec) or rows whose
+#: window is complete (a step enters the ring only once it is; cpprb's Nstep).
+NSTEP_RINGS = ("steps", "completed_windows")
 EVICTIONS = ("ring", "whole_episodes")
 
 
@@ -173,6 +176,13 @@ class Conventions:
       properties then draw priorities > 0 (``strategies.priorities``), and
       the bad-input case ``priority_zero`` checks that a 0 is refused like
       any bad input: an exception, and nothing changed.
+    * ``nstep_ring`` (capability ``"nstep"``): what the ring's capacity
+      counts. ``"steps"`` (spec: the last ``capacity`` steps written) or
+      ``"completed_windows"`` (a step enters the ring only once its n-step
+      window is complete, n steps or its episode's end, so the ring holds the
+      last ``capacity`` such steps and its window may reach steps written
+      after the ring's newest; requires ``incomplete_windows="exclude"``).
+      The windows are still checked against the oracle, over every step written.
     * ``eviction`` (capability ``"transitions"``): which rows the buffer
       holds after a stream of steps: ``"ring"`` (spec: the last ``capacity``
       rows written) or ``"whole_episodes"`` (an episode buffer: ``capacity``
@@ -201,6 +211,7 @@ class Conventions:
     incomplete_windows: str = "shorten"
     terminal_flag: str = "terminated"
     positive_priorities: bool = False
+    nstep_ring: str = "steps"
     eviction: str = "ring"
 
     def __post_init__(self) -> None:
@@ -213,6 +224,7 @@ class Conventions:
             "nstep_form": NSTEP_FORMS,
             "incomplete_windows": INCOMPLETE_WINDOWS,
             "terminal_flag": TERMINAL_FLAGS,
+            "nstep_ring": NSTEP_RINGS,
             "eviction": EVICTIONS,
         }
         for name, allowed in choices.items():
@@ -221,6 +233,11 @@ class Conventions:
                 raise ValueError(
                     f"Conventions.{name}={value!r}, but should be one of {[str(a) for a in allowed]}"
                 )
+        if self.nstep_ring == "completed_windows" and self.incomplete_windows != "exclude":
+            raise ValueError(
+                f"Conventions.incomplete_windows={self.incomplete_windows!r} with nstep_ring='completed_windows', "
+                f"but should be 'exclude' (a step enters such a ring only once its window is complete)"
+            )
         if not isinstance(self.positive_priorities, bool):
             raise ValueError(
                 f"Conventions.positive_priorities={self.positive_priorities!r}, but should be True or False"

@@ -47,7 +47,7 @@ from rbcheck.reference.checkpoint_format import (
 
 POINTER, NAME = "CURRENT", re.compile(r"ckpt-[A-Za-z0-9_]+")
 OWN_DIR, OWN_POINTER = re.compile(r"ckpt-rbcheck_[0-9a-f]{16}"), re.compile(r"CURRENT\.rbcheck_[0-9a-f]{16}\.tmp")
-MAX_POINTER_BYTES, MAX_META_BYTES = 256, 1 << 26
+MAX_POINTER_BYTES, MAX_META_BYTES, MAX_TENSOR_BYTES = 256, 1 << 26, 1 << 62
 
 
 def _write(file: Path, data: bytes) -> None:
@@ -90,15 +90,21 @@ def _is_checkpoint_dir(sub: Path) -> bool:
 
 def save_checkpoint(buffer, path) -> None:
     """Atomically write ``buffer``'s state as a checkpoint directory at ``path``."""
-    path = Path(path)
     text, blob = encode(buffer.state_dict())  # everything is serialised before the disk is touched
+    commit_checkpoint(path, lambda new: (_write(new / TENSORS, blob), _write(new / META, text)))
+
+
+def commit_checkpoint(path, write_files) -> None:
+    """The save protocol around ``write_files(new)``, which writes (and fsyncs) the files of
+    the new sub-directory ``new``: refuse a user's ``CURRENT``, write into a new sub-directory,
+    swap the pointer, then remove the previous checkpoint and leftovers."""
+    path = Path(path)
     previous = _previous(path) if path.is_dir() else None
     path.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(8)
     new, pointer = path / f"ckpt-rbcheck_{token}", path / f"{POINTER}.rbcheck_{token}.tmp"
     new.mkdir(mode=0o700)
-    for name, data in ((TENSORS, blob), (META, text)):
-        _write(new / name, data)
+    write_files(new)
     _fsync_dir(new)
     _write(pointer, new.name.encode() + b"\n")
     os.replace(pointer, path / POINTER)  # the commit point
@@ -110,23 +116,37 @@ def save_checkpoint(buffer, path) -> None:
             shutil.rmtree(path / old, ignore_errors=True)
 
 
-def _read(file: Path, limit: int) -> bytes:
-    """The bytes of a regular file (not a symlink, not a FIFO) of at most ``limit`` bytes."""
+def open_regular(file: Path, limit: int):
+    """A binary file object of a regular file (not a symlink, not a FIFO) of at most
+    ``limit`` bytes, and its size."""
     try:
         fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as error:
         raise CheckpointError(f"{file.name} could not be opened ({error.strerror}), "
                               "but should be a regular file, not a symlink") from error
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        require(stat.S_ISREG(info.st_mode) and info.st_size <= limit,
-                f"{file.name} is {stat.filemode(info.st_mode)} of {info.st_size} bytes, "
+    handle = os.fdopen(fd, "rb", buffering=0)
+    info = os.fstat(handle.fileno())
+    if not (stat.S_ISREG(info.st_mode) and info.st_size <= limit):
+        handle.close()
+        require(False, f"{file.name} is {stat.filemode(info.st_mode)} of {info.st_size} bytes, "
                 f"but should be a regular file of at most {limit} bytes")
-        return handle.read(info.st_size)
+    return handle, info.st_size
 
 
-def read_checkpoint(path) -> dict:
-    """The validated state dict stored at ``path`` (raises CheckpointError)."""
+def _read(file: Path, limit: int) -> bytes:
+    """The bytes of a regular file (not a symlink, not a FIFO) of at most ``limit`` bytes."""
+    handle, size = open_regular(file, limit)
+    with handle:
+        chunks = []
+        while size > 0:  # one read returns at most ~2 GiB
+            chunks.append(handle.read(size))
+            size = size - len(chunks[-1]) if chunks[-1] else 0
+        return b"".join(chunks)
+
+
+def live_dir(path) -> Path:
+    """The checked sub-directory ``path/CURRENT`` names: ``ckpt-*``, not a symlink, holding
+    exactly ``meta.json`` and ``tensors.safetensors``."""
     path = Path(path)
     require(path.is_dir() and os.path.lexists(path / POINTER),
             f"path={str(path)!r} has no {POINTER} file, but should be a checkpoint directory")
@@ -136,12 +156,19 @@ def read_checkpoint(path) -> dict:
             f"{POINTER}={name!r:.80}, but should name a ckpt-* sub-directory (not a symlink)")
     files = sorted(os.listdir(sub))
     require(files == sorted([META, TENSORS]), f"{name} files={files}, but should be {sorted([META, TENSORS])}")
-    return decode(_read(sub / META, MAX_META_BYTES), _read(sub / TENSORS, 1 << 62))
+    return sub
 
 
-def load_checkpoint(buffer, path) -> None:
-    """Replace ``buffer``'s state with the checkpoint at ``path``; unchanged on error."""
-    state = read_checkpoint(path)
+def read_checkpoint(path) -> dict:
+    """The validated state dict stored at ``path`` (raises CheckpointError)."""
+    sub = live_dir(path)
+    return decode(_read(sub / META, MAX_META_BYTES), _read(sub / TENSORS, MAX_TENSOR_BYTES))
+
+
+def load_checkpoint(buffer, path, read=read_checkpoint) -> None:
+    """Replace ``buffer``'s state with the checkpoint at ``path`` (read and validated by
+    ``read``); unchanged on error."""
+    state = read(path)
     try:
         buffer.load_state_dict(state)
     except ValueError as error:

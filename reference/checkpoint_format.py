@@ -10,6 +10,9 @@ Contract
 * ``decode(meta bytes, tensor bytes) -> state``: the inverse, never unpickling, after checking
   the schema version, the keys, the checksum, the blob's sha256 and that every tensor is used.
   Any problem raises ``CheckpointError`` saying what is wrong (``require``, the one check).
+* Both are compositions of steps (``split_state``/``encode_meta``; ``decode_meta``,
+  ``check_digest``, ``load_blob``, ``join_state``) that a faster writer or reader of the same
+  bytes reuses (``rbcheck.variants.checkpoint_stream``).
 
 Cost: O(size of the state) time and one extra copy of the tensors in memory.
 """
@@ -39,15 +42,16 @@ def require(ok: bool, message: str) -> None:
         raise CheckpointError(message)
 
 
-def _split(obj, name: str, tensors: dict):
+def _split(obj, name: str, tensors: dict, contiguous: bool = True):
     """JSON-able copy of ``obj`` with each tensor replaced by ``{"tensor": name}``."""
     if isinstance(obj, torch.Tensor):
-        tensors[name] = obj.detach().to("cpu").contiguous()
+        tensor = obj.detach().to("cpu")
+        tensors[name] = tensor.contiguous() if contiguous else tensor
         return {"tensor": name}
     if isinstance(obj, dict):
-        return {str(k): _split(v, f"{name}.{k}", tensors) for k, v in obj.items()}
+        return {str(k): _split(v, f"{name}.{k}", tensors, contiguous) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_split(v, f"{name}.{i}", tensors) for i, v in enumerate(obj)]
+        return [_split(v, f"{name}.{i}", tensors, contiguous) for i, v in enumerate(obj)]
     require(obj is None or isinstance(obj, (bool, int, float, str)),
             f"state[{name!r}]={type(obj).__name__}, but should be a tensor or plain value")
     return obj
@@ -69,22 +73,32 @@ def _checksum(meta: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
-def encode(state: dict) -> tuple[bytes, bytes]:
-    """``(meta.json bytes, safetensors bytes)`` for ``state``."""
+def split_state(state: dict, contiguous: bool = True) -> tuple:
+    """``(plain, tensors)``: the JSON-able state with ``{"tensor": name}`` in each tensor's
+    place, and ``{name: CPU tensor}`` (made contiguous unless ``contiguous=False``)."""
     tensors: dict = {}
-    plain = _split(state, "state", tensors)
-    blob = dump_tensors(tensors)
-    meta = {"schema_version": SCHEMA_VERSION, "format": FORMAT,
-            "sha256": {TENSORS: hashlib.sha256(blob).hexdigest()}, "state": plain}
+    return _split(state, "state", tensors, contiguous), tensors
+
+
+def encode_meta(plain, digest: str) -> bytes:
+    """``meta.json``'s bytes for the split state ``plain`` and the blob's sha256 ``digest``."""
+    meta = {"schema_version": SCHEMA_VERSION, "format": FORMAT, "sha256": {TENSORS: digest}, "state": plain}
     try:
         meta["checksum"] = _checksum(meta)
-        return json.dumps(meta, allow_nan=False, indent=1).encode(), blob
+        return json.dumps(meta, allow_nan=False, indent=1).encode()
     except ValueError as error:
         raise CheckpointError(f"state={error}, but should hold only finite numbers") from error
 
 
-def decode(raw_meta: bytes, blob: bytes) -> dict:
-    """The validated state stored in ``(meta.json bytes, safetensors bytes)``."""
+def encode(state: dict) -> tuple[bytes, bytes]:
+    """``(meta.json bytes, safetensors bytes)`` for ``state``."""
+    plain, tensors = split_state(state)
+    blob = dump_tensors(tensors)
+    return encode_meta(plain, hashlib.sha256(blob).hexdigest()), blob
+
+
+def decode_meta(raw_meta: bytes) -> dict:
+    """The checked contents of ``meta.json`` (JSON, schema version, keys, checksum)."""
     try:  # NaN or infinity in meta.json: ValueError from _checksum's allow_nan=False
         meta = json.loads(raw_meta.decode("utf-8"))
         checksum = _checksum(meta) if isinstance(meta, dict) else None
@@ -98,12 +112,25 @@ def decode(raw_meta: bytes, blob: bytes) -> dict:
             f"{sorted(META_KEYS)}, {FORMAT!r}")
     require(meta["checksum"] == checksum, f"{META} checksum={meta['checksum']!r:.80}, but should be "
             f"{checksum} (the file was changed after it was written)")
-    digest, want = hashlib.sha256(blob).hexdigest(), meta["sha256"].get(TENSORS)
+    return meta
+
+
+def check_digest(meta: dict, digest: str) -> None:
+    """The tensor file's sha256 ``digest`` is the one ``meta`` records."""
+    want = meta["sha256"].get(TENSORS)
     require(digest == want, f"sha256({TENSORS})={digest}, but should be {want!r:.80}")
+
+
+def load_blob(blob: bytes) -> dict:
+    """``{name: tensor}`` of a safetensors blob."""
     try:
-        tensors = load_tensors(blob)
+        return load_tensors(blob)
     except Exception as error:  # safetensors reports a bad header with its own error type
         raise CheckpointError(f"{TENSORS} unreadable ({error}), but should be a safetensors file") from None
+
+
+def join_state(meta: dict, tensors: dict) -> dict:
+    """The state of a checked ``meta`` with its tensors put back; each must be used."""
     used: set = set()
     try:
         state = _join(meta["state"], tensors, used)
@@ -111,3 +138,10 @@ def decode(raw_meta: bytes, blob: bytes) -> dict:
         raise CheckpointError(f"tensor {error!r:.80} is referenced, but should be in {TENSORS}") from None
     require(used == set(tensors), f"unused tensors={sorted(set(tensors) - used)}, but should be none")
     return state
+
+
+def decode(raw_meta: bytes, blob: bytes) -> dict:
+    """The validated state stored in ``(meta.json bytes, safetensors bytes)``."""
+    meta = decode_meta(raw_meta)
+    check_digest(meta, hashlib.sha256(blob).hexdigest())
+    return join_state(meta, load_blob(blob))

@@ -105,10 +105,14 @@ class TensorStorage:
                     or keys.count(key) > 1 or any(key[:i] in keys for i in range(1, len(key))):
                 raise ValueError(f"key={key!r:.100}, but should be a list of non-empty strings, "
                                  f"distinct from the others and not inside one")
-            data.set(key, value.to(self.device).clone())
+            data.set(key, self._take(value))
         if self.data is not None and data is not None and layout_of(data) != layout_of(self.data):
             raise ValueError(f"field layout={layout_of(data)}, but should be {layout_of(self.data)}")
         self.data, self.size = data, size
+
+    def _take(self, value: torch.Tensor) -> torch.Tensor:
+        """A loaded column as this storage's own: a copy (the caller keeps its tensors)."""
+        return value.to(self.device).clone()
 
 
 def layout_of(data: TensorDictBase | None) -> dict[tuple[str, ...], tuple[tuple[int, ...], torch.dtype]]:

@@ -2,8 +2,9 @@
 
 Contract: the reference ``ReplayBuffer``'s (``reference/buffer.py``) — same
 constructor arguments and methods, same validation and messages, same
-checkpoint format (``dumps``/``loads`` are the reference's), same random
-stream — plus:
+checkpoint format and checks (``dumps``/``loads`` write and read the
+reference's files in chunks, without its copies: ``checkpoint_stream.py``),
+same random stream — plus:
 
 * ``device``: where storage, writer generations, trees and returned samples
   live (default: the given storage's device, else CUDA when present, else the
@@ -35,7 +36,7 @@ from tensordict import TensorDictBase
 
 from rbcheck.reference import pinning
 from rbcheck.reference.buffer import ReplayBuffer as ReferenceReplayBuffer
-from rbcheck.variants import native
+from rbcheck.variants import checkpoint_stream, native
 from rbcheck.variants.device_storage import (
     DeviceStorage,
     DeviceWriter,
@@ -119,6 +120,14 @@ class ReplayBuffer(ReferenceReplayBuffer):
         super().load_state_dict(state)
         if hasattr(self.storage, "repack"):
             self.storage.repack()
+
+    def dumps(self, path) -> None:
+        """The reference's checkpoint, byte for byte, streamed from the rows (``checkpoint_stream``)."""
+        checkpoint_stream.save(self, path)
+
+    def loads(self, path) -> None:
+        """The reference's load and checks; the tensor file read once (``checkpoint_stream``)."""
+        checkpoint_stream.load(self, path)
 
     def update_priority(self, index, priority, generation=None) -> None:
         """As the reference; the current generations from the writer (``generation_at``

@@ -29,6 +29,9 @@ Contract (the reference's, plus)
   behaves like fresh memory and costs like reused memory in a training loop.
   On the CPU the copies are one C call (``rbcheck.variants.native``: prefetched
   row copies, ~2-3x faster than ``index_select`` here) when it loads.
+* ``state_view()`` is ``state_dict()`` without its clone (the columns as views of the
+  rows: what a save streams to disk), and ``load_state_dict`` adopts columns given as
+  ``FreshColumns`` (a checkpoint just read into new memory) instead of cloning them.
 * ``version`` increases on every write or load; samplers that keep
   bookkeeping about the data use it to notice writes they did not see.
 * ``DeviceWriter(capacity, device)`` is a ``reference.RoundRobinWriter`` whose
@@ -37,7 +40,8 @@ Contract (the reference's, plus)
   from ``write_count`` (a ring's generations always are
   ``rbcheck.reference.writer.ring_generation``: its writes and its loader keep
   them so), without a random read of the generation column per index; on
-  an accelerator one gather.
+  an accelerator one gather. Its loader fills them with two ``arange`` slices
+  (``ring_generations``).
 
 Cost: ``write`` O(n * row size); ``gather`` O(B * row size); memory as the
 reference, plus on the CPU each row padded to a multiple of its largest
@@ -207,6 +211,7 @@ class DeviceStorage(TensorStorage):
         self._layouts: list = []
         self._packed = None  # the TensorDict whose columns are interleaved rows
         self.pool = TensorPool()
+        self._adopt = False  # set only during a load of FreshColumns
 
     def _refresh(self, pack: bool = True) -> None:
         if pack and self.data is not None and self.device.type == "cpu" and self.data is not self._packed:
@@ -297,8 +302,30 @@ class DeviceStorage(TensorStorage):
         shared rows would change the live buffer even when the load is refused.
         The loaded columns are plain tensors until ``repack`` moves them into
         interleaved rows (the variant buffer calls it once the load is accepted)."""
-        super().load_state_dict(state, size)
+        self._adopt = isinstance(state, dict) and isinstance(state.get("columns"), FreshColumns)
+        try:
+            super().load_state_dict(state, size)
+        finally:
+            self._adopt = False
         self._refresh(pack=False)
+
+    def _take(self, value: torch.Tensor) -> torch.Tensor:
+        """The reference's copy, except for ``FreshColumns`` already on this device: those
+        are adopted as they are (nobody else holds them; ``repack`` copies them into rows)."""
+        if self._adopt and value.device == self.device:
+            return value.detach()
+        return super()._take(value)
+
+    def state_view(self) -> dict:
+        """``state_dict()`` without the clone: the columns as they lie in this storage (views
+        of its rows), for a caller that only reads them before the next write (a save)."""
+        cols = columns(self.data)
+        return {"keys": [list(k) for k in cols], "columns": list(cols.values())}
+
+
+class FreshColumns(list):
+    """The columns of a storage state that nothing else refers to (a checkpoint just read
+    into new memory): ``DeviceStorage.load_state_dict`` takes them without its copy."""
 
 
 def _to_tensordict(tree: dict, batch: torch.Size, device) -> TensorDictBase:
@@ -341,5 +368,22 @@ class DeviceWriter(RoundRobinWriter):
         return out.copy_(ring_generation(index, count, capacity))
 
     def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.generation = self.generation.to(self.device)
+        """The reference's, with the generations filled by two ``arange`` slices on the
+        device (``ring_generations``) instead of its arithmetic over every slot."""
+        count = check_int("write_count", state["write_count"], 0, 2**62)
+        self.generation = ring_generations(count, self.capacity, self.device)
+        self.write_count, self.cursor = count, count % self.capacity
+
+
+def ring_generations(count: int, capacity: int, device) -> torch.Tensor:
+    """``ring_generation(arange(capacity), count, capacity)`` as slices: after ``count``
+    writes (``k`` full turns and ``r`` more), slot ``s < r`` last held row ``k * capacity + s``
+    and slot ``s >= r`` row ``(k - 1) * capacity + s`` (-1 while ``k == 0``: never written)."""
+    out = torch.empty(capacity, dtype=torch.long, device=device)
+    turns, r = divmod(count, capacity)
+    torch.arange(turns * capacity, turns * capacity + r, out=out[:r])
+    if turns:
+        torch.arange((turns - 1) * capacity + r, turns * capacity, out=out[r:])
+    else:
+        out[r:] = -1
+    return out

@@ -8,14 +8,26 @@ Contract
   ``mass < left or right == 0``, else ``mass -= left``) over all levels
   in registers, so it gives the reference's leaves for the same masses.
 * ``update_trees(trees, index, values, mask)`` (one or two trees, updated
-  together): the last write of each index is found in torch (a stable sort,
-  see ``vector_tree.last_writes``); one launch writes the winning leaves; one
-  launch per level recomputes their parents (``left + right`` or ``min``) for
-  the levels wider than ``2**TOP_LOG`` nodes, where a parent reached by
-  several lanes gets the same value from each; then ONE program recomputes
-  the top ``TOP_LOG`` levels whole (at most 2047 nodes, a block-wide barrier
-  between levels). Every node is a function of its two final children, so
-  the trees are bit-identical to the reference's.
+  together), by default (``FUSED``) ONE launch after one stable sort in torch
+  (``key = index``, or ``2 * index + mask``): the sorted positions are cut
+  into the subtrees rooted at depth ``TOP_LOG`` (no node below that depth
+  lies in two of them); a subtree belongs to the program whose block of
+  sorted positions holds its first one, and that program alone writes its
+  winning leaves (the last kept write of each index: the last of its run in
+  the stable sort, as ``vector_tree.last_writes`` decides) and then its
+  nodes level by level up to the subtree's root, a block-wide barrier
+  between levels. Each program then fences its stores and counts itself done
+  on an atomic counter; the last one recomputes the top ``TOP_LOG`` levels
+  whole (at most 2047 nodes, a barrier between levels) and resets the
+  counter. Loads in that kernel go to L2 (``.cg``), never a stale L1 line.
+  One counter per tree: updates of one tree must not run concurrently on
+  two streams (the buffer's are issued in order on one).
+  ``FUSED = False`` (or ``fused=False``): the earlier path, kept to measure
+  against: the winners gathered in torch, one launch for the leaves, one per
+  level wider than ``2**TOP_LOG`` nodes (a parent reached by several lanes
+  gets the same value from each), one program for the top. Every node is a
+  function of its two final children either way, so the trees are
+  bit-identical to the reference's.
 * Without CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``)
   on CPU tensors. Triton reads that variable when a kernel is DECORATED, so
   this module sets it (if unset) before defining the kernels when no CUDA
@@ -30,9 +42,10 @@ Contract
 * ``UNAVAILABLE`` is None when Triton imported, else the import error text.
 
 Cost: descent O(B log capacity) in one launch; update O(k log k) sort in
-torch plus O(k (log capacity - TOP_LOG) + 2**TOP_LOG) in log capacity - TOP_LOG
-+ 2 launches (for capacities up to 2**TOP_LOG: two launches and a constant
-2**TOP_LOG of work).
+torch plus O(k (log capacity - TOP_LOG) + 2**TOP_LOG) in one launch (the
+per-level path: log capacity - TOP_LOG + 2 launches). The single launch
+does the top in one program after all others: its critical path is the
+busiest subtree's levels plus the top's.
 """
 
 from __future__ import annotations
@@ -58,13 +71,14 @@ else:
 if triton is not None:
 
     @triton.jit
-    def _descend_kernel(nodes_ptr, mass_ptr, index_ptr, leaf_ptr, B,
-                        SIZE: tl.constexpr, DEPTH: tl.constexpr, BLOCK: tl.constexpr):
+    def _descend_kernel(nodes_ptr, mass_ptr, index_ptr, leaf_ptr, B, SIZE, DEPTH,
+                        BLOCK: tl.constexpr):
+        # SIZE and DEPTH are run-time arguments: one compiled kernel for every capacity
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         live = offs < B
         mass = tl.load(mass_ptr + offs, mask=live, other=0.0)
         node = tl.full((BLOCK,), 1, tl.int64)
-        for _ in tl.static_range(DEPTH):
+        for _ in range(DEPTH):
             left = tl.load(nodes_ptr + 2 * node, mask=live, other=0.0)
             right = tl.load(nodes_ptr + 2 * node + 1, mask=live, other=0.0)
             go_left = (mass < left) | (right == 0.0)
@@ -124,6 +138,114 @@ if triton is not None:
             tl.debug_barrier()
 
 
+    @triton.jit
+    def _lower(x, y):
+        # tl.reduce's combine for a minimum (tl.min itself is a jit function of
+        # triton.language, which the interpreter cannot run when triton was imported
+        # before TRITON_INTERPRET was set, as tensordict's import does)
+        return tl.minimum(x, y)
+
+    @triton.jit
+    def _fence(x, FENCE: tl.constexpr):
+        # every thread: fence.acq_rel.gpu (its stores visible GPU-wide before a later
+        # signal; later loads after an earlier one); the interpreter runs programs
+        # one after another and needs none
+        if FENCE:
+            x = tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, $1;", "=r,r", [x],
+                                          dtype=tl.int32, is_pure=False, pack=1)
+        return x
+
+    @triton.jit
+    def _combine(nodes_ptr, node, live, IS_MIN: tl.constexpr):
+        # _refresh with loads from L2 (".cg"): nodes written by other programs of the
+        # same launch are read where they were stored, never from a stale L1 line
+        left = tl.load(nodes_ptr + 2 * node, mask=live, other=0.0, cache_modifier=".cg")
+        right = tl.load(nodes_ptr + 2 * node + 1, mask=live, other=0.0, cache_modifier=".cg")
+        if IS_MIN:
+            parent = tl.minimum(left, right)
+        else:
+            parent = left + right
+        tl.store(nodes_ptr + node, parent, mask=live)
+
+    @triton.jit
+    def _winners(key_ptr, offs, live, K, MASKED: tl.constexpr):
+        # (slot, is the last kept write of its slot) at sorted positions offs
+        key = tl.load(key_ptr + offs, mask=live, other=0)
+        after = tl.load(key_ptr + offs + 1, mask=live & (offs + 1 < K), other=-1)
+        if MASKED:  # key = 2 * slot + kept
+            slot = key >> 1
+            win = live & ((key & 1) == 1) & ((offs + 1 >= K) | ((after >> 1) != slot))
+        else:  # key = slot
+            slot = key
+            win = live & ((offs + 1 >= K) | (after != slot))
+        return slot, win
+
+    @triton.jit
+    def _fused_update_kernel(a_ptr, b_ptr, key_ptr, order_ptr, a_val_ptr, b_val_ptr, count_ptr, K,
+                             SIZE, SHIFT, CUT, MASKED: tl.constexpr, A_MIN: tl.constexpr,
+                             B_MIN: tl.constexpr, TWO: tl.constexpr, HALF: tl.constexpr,
+                             FENCE: tl.constexpr, BLOCK: tl.constexpr):
+        # Whole update in one launch. The sorted keys are cut into subtrees rooted at
+        # depth CUT (SHIFT = depth - CUT levels each); a subtree belongs to the program
+        # whose block of BLOCK sorted positions holds its first position, and that
+        # program alone writes its leaves and its nodes up to the subtree's root
+        # (level by level, a block-wide barrier between levels; its positions may run
+        # past its block). The program that finishes last (a counter) recomputes the
+        # top CUT levels whole, as _top_kernel does, and resets the counter. SIZE, SHIFT
+        # and CUT are run-time arguments: one compiled kernel serves every capacity.
+        lanes = tl.arange(0, BLOCK)
+        start = tl.program_id(0) * BLOCK
+        offs = start + lanes
+        live = offs < K
+        RANK = SHIFT + MASKED  # key >> RANK: the subtree
+        key = tl.load(key_ptr + offs, mask=live, other=0)
+        before = tl.load(key_ptr + offs - 1, mask=live & (offs > 0), other=0)
+        first = live & ((offs == 0) | ((before >> RANK) != (key >> RANK)))
+        own = tl.reduce(tl.where(first, offs, K), 0, _lower)  # K: no subtree starts here
+        end = own * 0 + K  # a tensor even where K is specialised to a constant
+        scan = tl.where(own < K, start + BLOCK, end)
+        while scan < K:  # the next subtree's first position at or after the next block
+            o = scan + lanes
+            ok = o < K
+            k = tl.load(key_ptr + o, mask=ok, other=0)
+            p = tl.load(key_ptr + o - 1, mask=ok, other=0)
+            found = tl.reduce(tl.where(ok & ((p >> RANK) != (k >> RANK)), o, K), 0, _lower)
+            end = found
+            scan = tl.where(found < K, K, scan + BLOCK)
+        for c in range(own, end, BLOCK):  # the winning leaves
+            o = c + lanes
+            slot, win = _winners(key_ptr, o, o < end, K, MASKED)
+            j = tl.load(order_ptr + o, mask=win, other=0)
+            tl.store(a_ptr + slot + SIZE, tl.load(a_val_ptr + j, mask=win, other=0.0), mask=win)
+            if TWO:
+                tl.store(b_ptr + slot + SIZE, tl.load(b_val_ptr + j, mask=win, other=0.0), mask=win)
+        tl.debug_barrier()
+        for level in range(1, SHIFT + 1):  # their parents, up to the subtree roots
+            for c in range(own, end, BLOCK):
+                o = c + lanes
+                slot, win = _winners(key_ptr, o, o < end, K, MASKED)
+                node = (slot + SIZE) >> level
+                _combine(a_ptr, node, win, A_MIN)
+                if TWO:
+                    _combine(b_ptr, node, win, B_MIN)
+            tl.debug_barrier()
+        _fence(lanes, FENCE)
+        tl.debug_barrier()
+        done = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+        if done == tl.num_programs(0) - 1:  # every subtree root is final: the top
+            _fence(lanes, FENCE)
+            tl.debug_barrier()
+            top = tl.arange(0, HALF)
+            for up in range(0, CUT):
+                depth = CUT - 1 - up
+                node = (1 << depth) + top
+                alive = top < (1 << depth)
+                _combine(a_ptr, node, alive, A_MIN)
+                if TWO:
+                    _combine(b_ptr, node, alive, B_MIN)
+                tl.debug_barrier()
+            tl.store(count_ptr, 0)
+
 def check_available() -> None:
     if UNAVAILABLE is not None:
         raise RuntimeError(f"triton={UNAVAILABLE}, but should import to use backend='triton'")
@@ -142,7 +264,7 @@ def find_prefix(nodes: torch.Tensor, mass: torch.Tensor, size: int, block: int =
     if mass.numel():
         grid = (triton.cdiv(mass.numel(), block),)
         _descend_kernel[grid](nodes, mass, index, leaf, mass.numel(),
-                              SIZE=size, DEPTH=size.bit_length() - 1, BLOCK=block,
+                              size, size.bit_length() - 1, BLOCK=block,
                               enable_fp_fusion=False)
     return index, leaf
 
@@ -153,11 +275,21 @@ def find_prefix(nodes: torch.Tensor, mass: torch.Tensor, size: int, block: int =
 TOP_LOG = 11
 
 
-def update_trees(trees, index: torch.Tensor, values, mask=None, block: int = 1024) -> None:
+#: ``update_trees`` runs the single-launch kernel (``_fused_update_kernel``);
+#: False: the per-level launches (kept to measure one against the other).
+FUSED = True
+
+
+def update_trees(trees, index: torch.Tensor, values, mask=None, block: int | None = None,
+                 fused: bool | None = None) -> None:
     """Batched update of one or two trees of one capacity (see module doc)."""
     check_available()
     if not 1 <= len(trees) <= 2:
         raise ValueError(f"len(trees)={len(trees)}, but should be 1 or 2")
+    if FUSED if fused is None else fused:
+        _update_fused(trees, index, values, mask, block or 256)
+        return
+    block = block or 1024
     order, win = last_writes(index, mask)
     index = index.index_select(0, order).contiguous()
     win = win.to(torch.int8)
@@ -176,3 +308,31 @@ def update_trees(trees, index: torch.Tensor, values, mask=None, block: int = 102
         flags.pop("SIZE")
         _top_kernel[(1,)](a.nodes, b.nodes, TOP_LOG=top, HALF=max(1 << (top - 1), 2), num_warps=8,
                           **kinds, **flags)
+
+
+def _counter(tree) -> torch.Tensor:
+    """The tree's int32 completion counter for ``_fused_update_kernel`` (zero
+    between launches: the last program resets it)."""
+    count = getattr(tree, "_triton_counter", None)
+    if count is None or count.device != tree.nodes.device:
+        count = tree._triton_counter = torch.zeros(1, dtype=torch.int32, device=tree.nodes.device)
+    return count
+
+
+def _update_fused(trees, index: torch.Tensor, values, mask, block: int) -> None:
+    """``update_trees`` in one kernel launch after one stable sort (see module doc)."""
+    a, b = trees[0], trees[-1]
+    k = len(index)
+    if not k:
+        return
+    key = index if mask is None else index * 2 + mask.long()
+    key, order = torch.sort(key, stable=True)
+    cut = min(TOP_LOG, a.depth)
+    a_val = values[0].contiguous()
+    b_val = values[-1].contiguous() if len(trees) == 2 else a_val
+    _fused_update_kernel[(triton.cdiv(k, block),)](
+        a.nodes, b.nodes, key, order, a_val, b_val, _counter(a), k, a.size, a.depth - cut, cut,
+        MASKED=int(mask is not None), A_MIN=a.empty == float("inf"), B_MIN=b.empty == float("inf"),
+        TWO=len(trees) == 2, HALF=1 << (TOP_LOG - 1) if TOP_LOG > 1 else 2, FENCE=index.is_cuda,
+        BLOCK=block,
+        num_warps=8 if block >= 1024 else 4, enable_fp_fusion=False)

@@ -69,6 +69,16 @@ BUILTIN: dict[str, Builtin] = {
     "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
     # d3rlpy's ReplayBuffer(FIFOBuffer) (the 'd3rlpy' group, its own validate environment)
     "d3rlpy": Builtin("rbcheck.harness.adapters.d3rlpy:d3rlpy_adapter", False),
+    # cpprb's Nstep (invariant 10; group cpprb)
+    "cpprb-nstep": Builtin("rbcheck.harness.adapters.cpprb_transitions:cpprb_nstep_adapter", False),
+    # tianshou's Algorithm.compute_nstep_return on the buffer's samples (invariant 10; group tianshou)
+    "tianshou-nstep": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_nstep_adapter", False),
+    # flashbax's trajectory buffer for invariant 10 (group flashbax)
+    "flashbax-trajectory": Builtin("rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_adapter", False),
+    "flashbax-trajectory-pairs": Builtin(
+        "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_pairs_adapter", False),
+    "flashbax-trajectory-per": Builtin(
+        "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_per_adapter", False),
     # RLlib's new-stack episode buffers, sampled as n-step transitions (invariant 10; group rllib)
     "rllib-episodes": Builtin("rbcheck.harness.adapters.rllib_episodes:rllib_episodes_adapter", False),
     "rllib-episodes-per": Builtin("rbcheck.harness.adapters.rllib_episodes:rllib_episodes_per_adapter", False),

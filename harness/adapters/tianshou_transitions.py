@@ -121,4 +121,80 @@ def tianshou_ignore_obs_next_adapter() -> Adapter:
     return _adapter("tianshou-ignore-obs-next", ignore_obs_next=True)
 
 
-__all__ = ["TianshouTransitions", "tianshou_ignore_obs_next_adapter", "tianshou_obs_next_adapter"]
+class TianshouNstep(TianshouTransitions):
+    """``tianshou-nstep``: the ``tianshou-obs-next`` buffer, each sample's
+    n-step quantities computed by tianshou's own
+    ``Algorithm.compute_nstep_return`` (a static method,
+    ``tianshou/algorithm/algorithm_base.py:721-817``, with ``_nstep_return``
+    :1160-1222), as DQN's ``_preprocess_batch`` calls it on the sampled
+    indices (``algorithm/modelfree/dqn.py:257-276``).
+
+    How the spec's fields map onto tianshou 2.0.1:
+
+    * the window: ``indices`` then ``buffer.next`` ``n - 1`` times
+      (algorithm_base.py:775-778), ``next`` staying put at an episode's end
+      (``done = terminated or truncated``) and at the newest row
+      (buffer_base.py:328-334); the window's last row is the bootstrap row;
+    * ``_nstep_return`` stops the return at ``end_flag = done``, with the
+      newest unfinished row also flagged (algorithm_base.py:798-800), and
+      discounts ``target_q`` by ``gamma**m`` (:1213-1221); ``value_mask``
+      (``~terminated`` of the bootstrap row, :634-651, applied at :798) turns
+      it off;
+    * ``target_q_fn(buffer, idx)`` is what DQN's ``_target_q`` reads,
+      ``buffer[idx].obs_next`` (dqn.py:365-369), here without a network: it
+      returns the ``(I, 5)`` values ``[0, 1, obs_next[:, 0], obs_next[:, 1],
+      obs_next[:, 2]]`` (``compute_nstep_return`` takes any output width
+      ``A``, :764), so the returns read back, column by column:
+      ``nstep_return`` (Q = 0), ``nstep_discount`` = returns(Q = 1) -
+      returns(Q = 0), and ``nstep_obs`` = (returns(Q = obs_next_k) -
+      returns(Q = 0)) / discount, as float32 like the stored observations
+      (NaN where the discount is 0: nothing is bootstrapped there, and the
+      suite does not read it);
+    * ``obs``, ``action``, ``reward``, ``terminated``, ``truncated``,
+      ``next_obs``: the sampled rows' own (``buffer[indices]``).
+
+    Windows cut by the newest row are shortened and bootstrap from its
+    ``obs_next`` (the spec's ``incomplete_windows="shorten"``); one env.
+    """
+
+    def __init__(self, spec: BufferSpec):
+        super().__init__(spec, ignore_obs_next=False)
+
+    def sample(self, batch_size: int | None = None):
+        from tianshou.algorithm import Algorithm
+
+        rows, info = super().sample(batch_size)
+        indices = info["index"].numpy()
+        n = self.spec.nstep or 1
+
+        def target_q_fn(buffer, idx):
+            nxt = torch.as_tensor(np.asarray(buffer[idx].obs_next), dtype=torch.float64).reshape(len(idx), -1)
+            return torch.cat([torch.zeros(len(idx), 1, dtype=torch.float64),
+                              torch.ones(len(idx), 1, dtype=torch.float64), nxt], 1)
+
+        out = Algorithm.compute_nstep_return(self.rb[indices], self.rb, indices, target_q_fn,
+                                             gamma=self.spec.gamma, n_step=n)
+        returns = torch.as_tensor(out.returns, dtype=torch.float64).reshape(len(indices), -1)
+        ret, discount = returns[:, 0], returns[:, 1] - returns[:, 0]
+        obs = (returns[:, 2:] - ret[:, None]) / discount[:, None]
+        rows["nstep_return"] = ret
+        rows["nstep_discount"] = discount
+        # float32, the observations' dtype: the read-back's own float64 rounding (about 1e-16) is far below it
+        rows["nstep_obs"] = torch.where(discount[:, None] > 0, obs, torch.full_like(obs, float("nan"))).float()
+        return rows, info
+
+
+def tianshou_nstep_adapter() -> Adapter:
+    base = _adapter("tianshou-nstep", ignore_obs_next=False)
+
+    def make(spec: BufferSpec) -> TianshouNstep:
+        if spec.sampler != "random":
+            raise ValueError(f"spec.sampler={spec.sampler!r}, but should be 'random' (tianshou's ReplayBuffer)")
+        return TianshouNstep(spec)
+
+    return Adapter(name="tianshou-nstep", version=base.version, make=make,
+                   capabilities=frozenset({"transitions", "nstep"}), conventions=Conventions())
+
+
+__all__ = ["TianshouNstep", "TianshouTransitions", "tianshou_ignore_obs_next_adapter", "tianshou_nstep_adapter",
+           "tianshou_obs_next_adapter"]

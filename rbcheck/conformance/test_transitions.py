@@ -26,65 +26,73 @@ pytestmark = pytest.mark.requires("transitions")
 
 
 class Oracle:
-    """The expected value of every held row, by position (0 = oldest held)."""
+    """The expected value of every held row, by position (0 = oldest held).
+
+    Windows are walked over every row written (``self.tr``, write order =
+    row id); under the spec a ring holds the last ``capacity`` rows, so a
+    held row's window only reaches held rows, exactly as over the held rows
+    alone. Under ``nstep_ring="completed_windows"`` it holds the last
+    ``capacity`` rows whose window is complete, in the order they completed,
+    and a window may reach rows written after the ring's newest."""
 
     def __init__(self, stream: Stream, spec, conventions, buf=None, trace: Trace | None = None):
         self.spec, self.conv = spec, conventions
+        self.rows = stream.rows()
+        self.tr = Transitions(self.rows)
+        total = len(self.tr)
+        self.written = total - 1  # the newest row written (the write cursor is after it)
+        n = spec.nstep
         if conventions.eviction == "whole_episodes":
-            self.held = held_whole_episodes(stream, spec, buf, trace)
+            held_ids = held_whole_episodes(self.rows, spec, buf, trace)
+        elif n and conventions.nstep_ring == "completed_windows":
+            done = [(self.tr.window(t, n)[-1], t) for t in range(total) if self.tr.complete(t, n)]
+            held_ids = sorted(t for _, t in sorted(done)[-spec.capacity:])
         else:
-            self.held = stream.held(spec.capacity)
-        self.first = int(self.held["id"][0])
-        self.newest = int(self.held["id"][-1])
-        #: row id -> position among the held rows (-1: not held)
-        self.index = torch.full((stream.total,), -1, dtype=torch.long)
-        self.index[self.held["id"]] = torch.arange(len(self.held))
-        self.tr = Transitions(self.held)
-        h = len(self.tr)
-        done = conventions.terminal_flag == "done"
-        self.flag = self.held["terminated"] | (self.held["truncated"] if done else False)
+            held_ids = list(range(max(0, total - spec.capacity), total))
+        ids = torch.tensor(held_ids, dtype=torch.long)
+        self.held = self.rows[ids]
+        self.size = len(held_ids)
+        self.position = torch.full((total,), -1, dtype=torch.long)  # row id -> held position, -1 if not held
+        self.position[ids] = torch.arange(self.size)
+        done_flag = conventions.terminal_flag == "done"
+        self.flag = self.held["terminated"] | (self.held["truncated"] if done_flag else False)
         self.next_obs = self.held["next_obs"]
-        if spec.nstep:
-            n, gamma = spec.nstep, spec.gamma
-            ns = [self.tr.nstep(t, n, gamma, conventions.terminal_flag) for t in range(h)]
+        if n:
+            gamma = spec.gamma
+            ns = [self.tr.nstep(t, n, gamma, conventions.terminal_flag) for t in held_ids]
             self.ret = torch.tensor([x.ret for x in ns], dtype=torch.float64)
             self.discount = torch.tensor([x.discount for x in ns], dtype=torch.float64)
             self.length = torch.tensor([x.length for x in ns])
-            self.boot = torch.stack([x.obs for x in ns])
-            self.complete = torch.tensor([self.tr.complete(t, n) for t in range(h)])
-            ids = self.held["id"]
-            self.window = torch.full((h, n), -1, dtype=torch.long)
-            for t in range(h):
+            self.boot = torch.stack([x.obs for x in ns]) if ns else self.next_obs[:0]
+            self.complete = torch.tensor([self.tr.complete(t, n) for t in held_ids], dtype=torch.bool)
+            self.window = torch.full((self.size, n), -1, dtype=torch.long)  # row ids, -1 after the end
+            for p, t in enumerate(held_ids):
                 w = self.tr.window(t, n)
-                self.window[t, : len(w)] = ids[w]
+                self.window[p, : len(w)] = torch.tensor(w)
 
     def positions(self, rows, trace: Trace) -> torch.Tensor:
         if "id" not in rows.keys():
             fail("keys of a transitions sample", sorted(map(str, rows.keys())), "to include 'id'", trace)
         ids = rows["id"].cpu().reshape(-1).long()
-        bad = ~self.is_held(ids)
+        p = self.position[ids.clamp(0, self.written)]
+        bad = (ids < 0) | (ids > self.written) | (p < 0)
         if bad.any():
-            where = (f"in [{self.first}, {self.newest}]" if self.conv.eviction == "ring"
-                     else f"one of the rows the buffer holds, {self.held['id'].tolist()}")
-            fail("sampled row id", int(ids[bad][0]), f"a held row, {where}", trace)
-        return self.index[ids]
-
-    def is_held(self, ids: torch.Tensor) -> torch.Tensor:
-        inside = (ids >= 0) & (ids < len(self.index))
-        return inside & (self.index[ids.clamp(0, len(self.index) - 1)] >= 0)
-
-    def position(self, ids: torch.Tensor) -> torch.Tensor:
-        """Positions of held row ids (0 for a row not held: mask those with :meth:`is_held`)."""
-        return self.index[ids.clamp(0, len(self.index) - 1)].clamp(min=0)
+            held = self.held["id"].tolist()
+            ring = "" if self.conv.nstep_ring == "steps" else f" (nstep_ring={self.conv.nstep_ring!r})"
+            ring += "" if self.conv.eviction == "ring" else f" (eviction={self.conv.eviction!r})"
+            want = f"a held row{ring}, one of {held}" if held else f"no row: none is held yet{ring}, so a sample is refused"
+            fail("sampled row id", int(ids[bad][0]), want, trace)
+        return p
 
 
-def held_whole_episodes(stream: Stream, spec, buf, trace: Trace) -> TensorDict:
-    """Under ``eviction="whole_episodes"``: the rows the buffer reports
-    holding (``contents()["id"]``), checked in the convention's terms: each
-    held episode's rows are its newest steps (dropped from the oldest end,
-    never from the middle), more than ``capacity`` rows only while one
-    episode is held, no row twice."""
-    rows = stream.rows()
+def held_whole_episodes(rows: TensorDict, spec, buf, trace: Trace) -> list[int]:
+    """Under ``eviction="whole_episodes"``: the ids of the rows the buffer
+    reports holding (``contents()["id"]``), checked in the convention's
+    terms: each held episode's rows are its newest steps (dropped from the
+    oldest end, never from the middle), more than ``capacity`` rows only
+    while one episode is held, no row twice. A held row's successors in its
+    episode are then held too, so its window over every row written is its
+    window over the held rows."""
     trace.op("held = buf.contents()['id']")
     ids = buf.contents()["id"].cpu().reshape(-1).long()
     if len(ids) == 0 or ((ids < 0) | (ids >= len(rows))).any() or len(set(ids.tolist())) != len(ids):
@@ -104,7 +112,7 @@ def held_whole_episodes(stream: Stream, spec, buf, trace: Trace) -> TensorDict:
         fail(f"rows held with capacity={spec.capacity}", len(held),
              f"at most {spec.capacity}, or one episode (eviction='whole_episodes'); held episodes "
              f"{held['episode'].unique().tolist()}", trace)
-    return held
+    return ids.tolist()
 
 
 def write(impl, spec, stream: Stream):
@@ -118,7 +126,7 @@ def write(impl, spec, stream: Stream):
 
 
 def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
-    batch = per_row * len(oracle.tr)
+    batch = per_row * max(oracle.size, 1)  # nothing held: one draw, which must be refused
     trace.op(f"rows, info = buf.sample({batch})")
     if oracle.spec.nstep and oracle.conv.incomplete_windows == "exclude" and not oracle.complete.any():
         try:  # nothing may be sampled: an error is the answer
@@ -221,8 +229,8 @@ def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
         first_bad("sample['terminated'] of a truncated step", rows["terminated"][truncated],
                   oracle.flag[p][truncated], p[truncated], oracle, trace, f"terminal_flag={conv.terminal_flag!r}")
     if spec.nstep and conv.nstep_form == "return":
-        last = oracle.position(oracle.window[p].max(1).values)  # the window's last held row
-        ends_truncated = oracle.held["truncated"][last] & ~oracle.held["terminated"][last]
+        last = oracle.window[p].max(1).values  # the id of the window's last row
+        ends_truncated = oracle.rows["truncated"][last] & ~oracle.rows["terminated"][last]
         if conv.incomplete_windows == "exclude":
             ends_truncated &= oracle.complete[p]
         q = p[ends_truncated]
@@ -258,13 +266,13 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
         obs = obs.cpu().double().reshape(len(p), -1)
         marker, ep, st_ = obs[:, 0], obs[:, 1], obs[:, 2]
         source = torch.where(marker < 0, -marker - 1, marker - spec.num_envs)  # the row whose next_obs it is
-        ok = (ep == episode) & (st_ > step) & (st_ <= step + most) & (source >= ids) & oracle.is_held(source.long())
+        ok = (ep == episode) & (st_ > step) & (st_ <= step + most) & (source >= ids) & (source <= oracle.written)
         bad = mask & ~ok
         if bad.any():
             b = int(bad.nonzero()[0])
             fail(f"{what} of sampled row {b} (row id {int(ids[b])}, episode {int(episode[b])}, step {int(step[b])})",
                  obs[b], f"an observation of episode {int(episode[b])} from step {int(step[b]) + 1} to "
-                 f"{int(step[b]) + most}, the next_obs of a held row from id {int(ids[b])} to {oracle.newest}", trace)
+                 f"{int(step[b]) + most}, the next_obs of a row written from id {int(ids[b])} to {oracle.written}", trace)
         return st_ - step
 
     everything = torch.ones(len(p), dtype=torch.bool)
@@ -276,14 +284,14 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
         win = rows["window_id"].cpu().long().reshape(len(p), -1)
         for k in range(win.shape[1]):
             used = win[:, k] >= 0
-            pos = oracle.position(win[:, k])
-            ok = oracle.is_held(win[:, k])
-            ok &= oracle.held["episode"][pos] == oracle.held["episode"][p]
-            ok &= oracle.held["step"][pos] == oracle.held["step"][p] + k
+            pos = win[:, k].clamp(0, oracle.written)
+            ok = (win[:, k] >= ids.long()) & (win[:, k] <= oracle.written)
+            ok &= oracle.rows["episode"][pos] == oracle.held["episode"][p]
+            ok &= oracle.rows["step"][pos] == oracle.held["step"][p] + k
             if (used & ~ok).any():
                 b = int((used & ~ok).nonzero()[0])
                 fail(f"sample['window_id'][{b}, {k}]", int(win[b, k]),
-                     f"a held row of episode {int(episode[b])} at step {int(step[b]) + k}", trace)
+                     f"a written row of episode {int(episode[b])} at step {int(step[b]) + k}", trace)
         return
     discount = rows["nstep_discount"].cpu().double().reshape(-1)
     boots = discount > 0

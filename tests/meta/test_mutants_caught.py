@@ -2,8 +2,9 @@
 adapter declared in tests/mutants/ (all but the concurrency ones, which
 test_concurrent_mutants_caught.py runs), in the property aimed at its bug.
 
-Each mutant runs the targeted conformance tests in a subprocess
-(``--impl tests.mutants.<module>:<factory>``, ci profile, ``--rbcheck-results``);
+Each mutant runs the targeted conformance tests in a warm pytest worker
+(tests/meta/warm.py; ``--impl tests.mutants.<module>:<factory>``, ci profile,
+``--rbcheck-results``);
 the run must fail, and one of the targeted properties must be among the
 failures with a self-explaining message (``... but should be ...``). The
 reference must pass the same tests (the control), so a catch is never an
@@ -16,6 +17,7 @@ with the reference as ``--impl``, and are skipped for other ``--impl`` values.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.meta.warm import WarmPool, pool_env
 from tests.mutants.registry import Mutant, of_kind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +38,11 @@ CONFORMANCE = ROOT / "rbcheck" / "conformance"
 #: Bound of one conformance subprocess (seconds); generous, since a slow or shared
 #: machine runs them at a fraction of a core while failures are being shrunk.
 TIMEOUT_S = 600
+#: Conformance runs at once (warm workers): one per core, at most 4.
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+#: Repro snippets printed by the caught mutants, run together at the end
+#: (test_repro_snippets_run) in one fresh interpreter.
+SNIPPETS: list[str] = []
 CAUGHT: list[tuple[str, str, str, str]] = []  # (mutant, bug class, caught by, message)
 #: Every mutant declared in tests/mutants but the concurrency ones and the
 #: cheap ones run in process (tests/meta/test_in_process_mutants.py).
@@ -125,13 +133,10 @@ def run_snippets(snippets: list[str], workdir: Path) -> list[str]:
 
 
 def run_conformance(impl: str, files, targets, results: Path, extra=()) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RBCHECK_IMPL", "RBCHECK_PROFILE")}
-    env["OMP_NUM_THREADS"] = "1"  # the runs go in parallel, one per core
-    env["PYTHONPATH"] = PYTHONPATH
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
+    """The targeted conformance tests on ``impl``, in a warm pytest worker
+    (tests/meta/warm.py: a fresh interpreter per run would spend most of the
+    run starting up)."""
+    args = [
         *[str(CONFORMANCE / f) for f in files],
         "--impl",
         impl,
@@ -148,7 +153,19 @@ def run_conformance(impl: str, files, targets, results: Path, extra=()) -> subpr
         " or ".join(targets),
         *extra,
     ]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return shared_pool().run(args, timeout=TIMEOUT_S)
+
+
+_POOL: list[WarmPool] = []
+
+
+def shared_pool() -> WarmPool:
+    """The warm workers of this session (one per core, at most 4), started
+    on first use and closed at exit."""
+    if not _POOL:
+        _POOL.append(WarmPool(WORKERS, pool_env(PYTHONPATH), ROOT))
+        atexit.register(_POOL[0].close)
+    return _POOL[0]
 
 
 def outcomes(results: Path) -> dict[str, tuple[str, str]]:
@@ -235,9 +252,8 @@ def runs(request):
         elif callspec is not None and "control" in callspec.params:
             selected.add(f"control:{callspec.params['control']}")
     tmp = Path(tempfile.mkdtemp(prefix="rbcheck-meta-"))
-    workers = max(1, min(4, os.cpu_count() or 1))
     jobs: dict[str, tuple[Future, Path]] = {}
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         files, targets = _control_args()
         path = tmp / "reference.json"
         if "reference" in selected:
@@ -269,8 +285,8 @@ def runs(request):
 def test_mutant_is_caught(mutant: Mutant, runs):
     """The targeted conformance property fails on the mutant, with a message
     in the ``<what>=<got>, but should be <expected>`` form; every repro snippet
-    its failures printed loads the adapter string the run was given and runs
-    in a fresh interpreter without a missing name or import."""
+    its failures printed loads the adapter string the run was given (they
+    run together in test_repro_snippets_run)."""
     if mutant.factory == "pin_memory_silently_ignored" and torch.cuda.is_available():
         pytest.skip(
             "pin_memory=True is valid with an accelerator: this bug class only exists without one"
@@ -286,8 +302,7 @@ def test_mutant_is_caught(mutant: Mutant, runs):
     for snippet in snippets:
         assert f"load_adapter({impl_arg!r})" in snippet, (
             f"repro snippet={snippet!r}, but should load the adapter the run was given ({impl_arg!r})")
-    broken = run_snippets(snippets, results.parent / f"snippets-{mutant.factory}")
-    assert not broken, f"repro snippets that do not run={broken}, but should be none"
+    SNIPPETS.extend(s for s in snippets if s not in SNIPPETS)
 
 
 @pytest.mark.parametrize("control", CONTROLS)
@@ -306,3 +321,13 @@ def test_reference_passes_every_targeted_property(runs):
     _, targets = _control_args()
     excused = ("test_pin_memory_without_accelerator_is_a_clear_error",) if torch.cuda.is_available() else ()
     assert_outcomes("the reference", *runs["reference"], targets, excused=excused)
+
+
+def test_repro_snippets_run(tmp_path):
+    """Every repro snippet the caught mutants printed runs in one fresh
+    interpreter, from an empty directory, without a missing name or import
+    (the buffer's own error is what a snippet reproduces)."""
+    if not SNIPPETS:
+        pytest.skip("no subprocess mutant ran in this session (run the whole file)")
+    broken = run_snippets(SNIPPETS, tmp_path / "snippets")
+    assert not broken, f"repro snippets that do not run={broken}, but should be none"

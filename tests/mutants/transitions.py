@@ -282,6 +282,115 @@ def fasttd3_6_window_crosses_the_write_cursor():
     return _adapter("fasttd3_6_cursor", ("cross_cursor",), nstep_form="window")
 
 
+class StagedNstep:
+    """An n-step buffer of cpprb's design (``Nstep``): each env's steps wait
+    in a staging list until their window is complete (``n`` steps, or the
+    episode's end, which flushes them all); only then does a step enter a
+    ring of ``capacity`` rows, with its return, bootstrap observation and
+    discount computed from the staged steps. It declares
+    ``nstep_ring="completed_windows"``. With no bug it is correct (the
+    control); ``"enter_early"`` enters each step as it is written, its
+    window cut at the newest step and never revised (the declaration does
+    not hold); ``"stale_flush"`` bootstraps the windows an episode's end
+    cuts short from the last full window's observation (cpprb's C7)."""
+
+    def __init__(self, spec: BufferSpec, bugs: frozenset[str]):
+        self.spec, self.bugs = spec, bugs
+        self.staged: dict[int, list[TensorDictBase]] = {e: [] for e in range(spec.num_envs)}
+        self.last_boot = {e: torch.ones(3) for e in range(spec.num_envs)}
+        self.ring: list[TensorDictBase] = []
+        self.written = self.entered = 0
+        self.gen = torch.Generator().manual_seed(spec.seed)
+
+    def _enter(self, window: list[TensorDictBase], env: int, flushed: bool) -> None:
+        gamma, row, last = self.spec.gamma, window[0], window[-1]
+        entry = row.select(*LAYOUT).to_tensordict()
+        entry["nstep_return"] = torch.tensor(sum(gamma**k * float(r["reward"]) for k, r in enumerate(window)),
+                                             dtype=torch.float64)
+        entry["nstep_discount"] = torch.tensor(0.0 if bool(last["terminated"]) else gamma ** len(window),
+                                               dtype=torch.float64)
+        boot = last["next_obs"].clone()
+        if "stale_flush" in self.bugs and flushed and len(window) < self.spec.nstep:
+            boot = self.last_boot[env].clone()
+        elif len(window) == self.spec.nstep:
+            self.last_boot[env] = boot.clone()
+        entry["nstep_obs"] = boot
+        slot = self.entered % self.spec.capacity
+        if slot == len(self.ring):
+            self.ring.append(entry)
+        else:
+            self.ring[slot] = entry
+        self.entered += 1
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        n = self.spec.nstep
+        for row in data.unbind(0):
+            env = int(row["env"])
+            q = self.staged[env]
+            q.append(row)
+            ends = bool(row["terminated"]) or bool(row["truncated"])
+            if "enter_early" in self.bugs:
+                self._enter([row], env, flushed=False)
+                if ends:
+                    q.clear()
+            elif ends:
+                for i in range(len(q)):
+                    self._enter(q[i:i + n], env, flushed=True)
+                q.clear()
+            elif len(q) == n:
+                self._enter(q[:n], env, flushed=False)
+                q.pop(0)
+            self.written += 1
+        return torch.arange(len(data), dtype=torch.long)
+
+    def add(self, row: TensorDictBase) -> int:
+        return int(self.extend(row.unsqueeze(0))[0])
+
+    def __len__(self) -> int:
+        return len(self.ring)
+
+    @property
+    def cursor(self) -> int:
+        return self.entered % self.spec.capacity
+
+    @property
+    def write_count(self) -> int:
+        return self.written
+
+    def contents(self) -> TensorDictBase:
+        return torch.stack(self.ring) if self.ring else TensorDict({}, batch_size=[0])
+
+    def sample(self, batch_size: int | None = None):
+        batch_size = batch_size or self.spec.batch_size
+        if not self.ring:
+            raise RuntimeError("no step with a complete window yet, but should be one to sample")
+        index = torch.randint(len(self.ring), (batch_size,), generator=self.gen)
+        return torch.stack([self.ring[i] for i in index.tolist()]).clone(), {"index": index}
+
+
+def _staged(name: str, bugs: tuple[str, ...] = ()) -> Adapter:
+    conv = Conventions(incomplete_windows="exclude", nstep_ring="completed_windows")
+    return Adapter(name=name, version="mutant", make=lambda spec: StagedNstep(spec, frozenset(bugs)),
+                   capabilities=frozenset({"transitions", "nstep", "env_id"}), conventions=conv)
+
+
+@control
+def staged_nstep():
+    return _staged("staged_nstep")
+
+
+@mutant(bug="declares a ring of completed windows, but each step enters as it is written, its window cut "
+            "at the newest step and never revised", catches=(MATCH, TRUNC, WINDOW, INCOMPLETE), control=staged_nstep)
+def staged_nstep_enters_before_its_window_is_complete():
+    return _staged("staged_nstep_enter_early", ("enter_early",))
+
+
+@mutant(bug="a ring of completed windows whose flush at an episode's end bootstraps the windows it cuts short "
+            "from the last full window's observation", catches=(MATCH, TRUNC, WINDOW), control=staged_nstep)
+def staged_nstep_flush_bootstraps_from_a_stale_observation():
+    return _staged("staged_nstep_stale_flush", ("stale_flush",))
+
+
 # --- eviction="whole_episodes": an episode buffer (RLlib's EpisodeReplayBuffer) ---------------
 
 

@@ -45,3 +45,41 @@ def test_next_of_keeps_the_final_observation():
     got = rb.get_all_transitions()
     pairs = dict(zip(got["obs"][:, 0].tolist(), got["next_obs"][:, 0].tolist(), strict=True))
     assert pairs == {3.0: 4.0, 4.0: 5.0, 5.0: 105.0, 6.0: 7.0}
+
+
+@bug("Nstep: the done of the row whose full n-step window ends on the terminal step misses that step "
+     "(PyReplayBuffer.pyx:780-787, NstepBuffer.add sums done over range(1, buffer_size), one step short), "
+     "so that row bootstraps from the terminal observation")
+def test_nstep_window_ending_on_a_termination_is_done():
+    rb = ReplayBuffer(16, {"obs": {"shape": 1}, "next_obs": {"shape": 1}, "rew": {}, "done": {}},
+                      Nstep={"size": 2, "gamma": 0.5, "rew": "rew", "next": "next_obs"})
+    for t in range(3):  # one episode of 3 steps, terminated at step 2
+        rb.add(obs=[t], next_obs=[100 + t if t == 2 else t + 1], rew=1.0, done=float(t == 2))
+    rb.on_episode_end()
+    got = rb.get_all_transitions()
+    assert got["obs"][:, 0].tolist() == [0, 1, 2]
+    # windows: 0-1 (not done), 1-2 (ends on the termination), 2 (the termination)
+    assert got["done"][:, 0].tolist() == [0, 1, 1]
+
+
+@bug("Nstep: done is summed over the window in place (PyReplayBuffer.pyx:826-830, NstepBuffer.on_episode_end, "
+     "and :784), so with Nstep size >= 5 a flushed row's done is 2 and 1 - done bootstraps with a negative sign")
+def test_nstep_done_stays_a_flag():
+    rb = ReplayBuffer(16, {"obs": {"shape": 1}, "next_obs": {"shape": 1}, "rew": {}, "done": {}},
+                      Nstep={"size": 5, "gamma": 0.5, "rew": "rew", "next": "next_obs"})
+    for t in range(4):  # one episode of 4 steps, terminated at step 3
+        rb.add(obs=[t], next_obs=[100 + t if t == 3 else t + 1], rew=1.0, done=float(t == 3))
+    rb.on_episode_end()
+    assert rb.get_all_transitions()["done"][:, 0].tolist() == [1, 1, 1, 1]
+
+
+@bug("Nstep size 1 (documented as 'identical with ordinary replay buffer') raises ValueError on the first add: "
+     "the local buffer has n - 1 = 0 rows (PyReplayBuffer.pyx:632) and _roll's copy_ext[-0:] is the whole "
+     "array (:802)")
+def test_nstep_of_one_step_stores_the_step():
+    rb = ReplayBuffer(4, {"obs": {"shape": 1}, "rew": {}, "done": {}}, Nstep={"size": 1, "gamma": 0.5, "rew": "rew"})
+    try:
+        rb.add(obs=[0], rew=1.0, done=0.0)
+    except ValueError as err:
+        raise AssertionError(f"add with Nstep size 1 raised ValueError: {err}") from err
+    assert rb.get_stored_size() == 1

@@ -11,6 +11,8 @@ be able to fail (a fast path that drops a generation is caught).
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -63,6 +65,8 @@ def assert_same(ref, *variant_buffers):
     for var in variant_buffers:
         assert (len(var), var.cursor, var.write_count) == (len(ref), ref.cursor, ref.write_count)
         assert_state_equal(var.state_dict(), want)
+        # the writer's generation column (not in its state: derived from the write count on load)
+        assert_state_equal(var.writer.generation, ref.writer.generation, "writer.generation")
 
 
 batches = st.lists(st.tuples(st.integers(1, 24),  # rows
@@ -157,10 +161,11 @@ def test_refused_batches_raise_the_reference_error_and_change_nothing(case, monk
 
 
 def test_the_comparison_catches_a_fast_path_that_drops_a_generation(monkeypatch):
-    """A control that the bit-for-bit comparison can fail: a fast path whose writer
-    forgets the generation of the batch's last slot is caught."""
-    ref, fast, slow = three(8, "prioritized")
-    extend_all(ref, fast, slow, flat_rows(3, 0, [1.0, 2.0, 3.0]), monkeypatch)
+    """A control that the bit-for-bit comparison can fail: the torch copies of the fast
+    path (taken without the native library) whose writer forgets the generation of the
+    batch's last slot are caught."""
+    ref, fast, slow = three(8, "random")
+    extend_all(ref, fast, slow, flat_rows(3, 0), monkeypatch)
     real = extend_fast.ring_slices
 
     def short(first, n, capacity):
@@ -168,10 +173,52 @@ def test_the_comparison_catches_a_fast_path_that_drops_a_generation(monkeypatch)
                 for s0, s1, r0, r1 in real(first, n, capacity)]
 
     monkeypatch.setattr(extend_fast, "ring_slices", short)
-    ref.extend(flat_rows(4, 3, [1.0] * 4))
-    fast.extend(flat_rows(4, 3, [1.0] * 4))
-    with pytest.raises(AssertionError):
+    ref.extend(flat_rows(4, 3))
+    with native.suspended():
+        fast.extend(flat_rows(4, 3))
+    with pytest.raises(AssertionError, match="generation|rows|storage"):
         assert_same(ref, fast)
+
+
+class _BrokenExtend:
+    """The native library with an ``rb_extend`` that writes everything but the last
+    row's generation (which keeps its old value): a broken C version."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def rb_extend(self, args):
+        _, _, capacity, first, n, _, generation, *_ = native.EXTEND_ARGS.unpack(
+            ctypes.string_at(args, native.EXTEND_ARGS.size))
+        slot = ctypes.c_int64.from_address(generation + 8 * ((first + n - 1) % capacity))
+        old = slot.value
+        code = self._lib.rb_extend(args)
+        slot.value = old
+        return code
+
+
+@pytest.mark.parametrize("sampler", ["random", "prioritized"])
+def test_the_comparison_catches_a_native_extend_that_drops_a_generation(sampler, monkeypatch):
+    """The same control for the one native call (``rb_extend``): a C version that forgets
+    the generation of the batch's last slot is caught, and only it (the real one passes)."""
+    ref, fast, slow = three(8, sampler)
+    extend_all(ref, fast, slow, flat_rows(3, 0, [1.0, 2.0, 3.0]), monkeypatch)
+    ref.extend(flat_rows(4, 3, [1.0] * 4))
+    monkeypatch.setitem(native._state, "lib", _BrokenExtend(native.lib()))
+    calls = []
+    real = native._state["lib"].rb_extend
+    monkeypatch.setattr(native._state["lib"], "rb_extend", lambda *a: calls.append(a) or real(*a),
+                        raising=False)
+    fast.extend(flat_rows(4, 3, [1.0] * 4))
+    assert calls, "the native extend did not run"
+    with pytest.raises(AssertionError, match=r"writer\.generation="):
+        assert_same(ref, fast)
+    monkeypatch.undo()
+    slow.extend(flat_rows(4, 3, [1.0] * 4))
+    assert_same(ref, slow)
 
 
 @settings(deadline=None, max_examples=30)

@@ -56,12 +56,14 @@ def test_update_kernel_builds_the_reference_trees(capacity, seed, k):
 
 @small
 @given(capacity=st.integers(1, 70), seed=st.integers(0, 2**16), k=st.integers(1, 40),
-       top_log=st.sampled_from([1, 2, 3, triton_tree.TOP_LOG]))
-def test_paired_update_kernels_build_the_reference_trees(capacity, seed, k, top_log):
+       top_log=st.sampled_from([1, 2, 3, triton_tree.TOP_LOG]), fused=st.booleans(),
+       block=st.sampled_from([2, None]))
+def test_paired_update_kernels_build_the_reference_trees(capacity, seed, k, top_log, fused, block):
     """exact: both trees updated together (the sampler's path), with the top
-    of the tree recomputed whole from any cut (``TOP_LOG``): the per-level
-    launches below the cut and the whole-level program above it leave both
-    trees bit-identical to the reference's."""
+    of the tree recomputed whole from any cut (``TOP_LOG``), by the single
+    launch (``fused``; block 2: subtrees whose positions run over several
+    blocks) or by the per-level launches below the cut and the whole-level
+    program above it: both trees bit-identical to the reference's."""
     g = torch.Generator().manual_seed(seed)
     ref_sum, ref_min = reference.SumTree(capacity), reference.MinTree(capacity)
     sums = variants.VectorSumTree(capacity, DEVICE, backend="triton")
@@ -73,8 +75,9 @@ def test_paired_update_kernels_build_the_reference_trees(capacity, seed, k, top_
             if len(kept):
                 ref_sum.update(index[kept], value[kept])
                 ref_min.update(index[kept], torch.where(value[kept] > 0, value[kept], float("inf")))
-            variants.vector_tree.update_pair(sums, mins, index.to(DEVICE), value.to(DEVICE),
-                                             mask.to(DEVICE))
+            triton_tree.update_trees([sums, mins], index.to(DEVICE),
+                                     [value.to(DEVICE), torch.where(value > 0, value, float("inf")).to(DEVICE)],
+                                     mask.to(DEVICE), block=block, fused=fused)
             assert torch.equal(sums.nodes.cpu(), ref_sum.nodes), f"sum tree, top_log={top_log}"
             assert torch.equal(mins.nodes.cpu(), ref_min.nodes), f"min tree, top_log={top_log}"
     finally:

@@ -45,6 +45,7 @@ import os
 import platform
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,13 @@ SOURCE = Path(__file__).with_name("tree.c")
 #: Every file of the build: tree.c includes tree_update.c (one translation unit).
 SOURCES = (SOURCE, SOURCE.with_name("tree_update.c"))
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
-ABI_VERSION = 13
+ABI_VERSION = 14
+#: The argument block of ``rb_extend_prepare`` / ``rb_extend`` (tree_update.c's
+#: ``rb_extend_args``, packed by the caller in one call): n_cols, cols, capacity,
+#: first, n, write_count, generation, index_out, sum, min, size, value, shadow,
+#: high, max_priority, priority, is_float32 (an int64 or an address each; 0 for
+#: NULL), eps (a double).
+EXTEND_ARGS = struct.Struct("=17qd")
 #: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
 SHADOW_MIN_DEPTH = 6
 
@@ -158,6 +165,15 @@ def _build() -> ctypes.CDLL:
     lib.rb_prepare_update.restype = i64
     lib.rb_finish_update.argtypes = [p, i64, p, p]
     lib.rb_finish_update.restype = i64
+    lib.rb_extend_args_size.argtypes = []
+    lib.rb_extend_args_size.restype = i64
+    if lib.rb_extend_args_size() != EXTEND_ARGS.size:
+        raise RuntimeError(f"extend's argument block={lib.rb_extend_args_size()} bytes, but should be "
+                           f"{EXTEND_ARGS.size}")
+    lib.rb_extend_prepare.argtypes = [p]
+    lib.rb_extend_prepare.restype = i64
+    lib.rb_extend.argtypes = [p]
+    lib.rb_extend.restype = i64
     return lib
 
 

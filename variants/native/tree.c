@@ -19,7 +19,7 @@
 #error "tree.c must be compiled without -ffast-math: its results must be the reference's bits"
 #endif
 
-#define RB_ABI_VERSION 13
+#define RB_ABI_VERSION 14
 /* Prefetch the children of the draw PREFETCH_AHEAD positions ahead (level by
  * level the next addresses are known; ~64 hides the latency of a tree larger
  * than the private caches on the machines measured, 16 was 2x slower), and

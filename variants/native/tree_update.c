@@ -286,3 +286,131 @@ int64_t rb_gather_rows(int64_t n_cols, const int64_t *src, const int64_t *stride
     }
     return 0;
 }
+
+/* The arguments of rb_extend_prepare and rb_extend: one block that the caller
+ * fills with one pack (a call with many arguments costs more through ctypes
+ * than the work of a small extend). Every field is 8 bytes (a 64-bit ABI). */
+typedef struct {
+    int64_t n_cols;         /* columns of the table below */
+    const int64_t *cols;    /* per column: source address, destination address,
+                               destination row stride (bytes), row bytes */
+    int64_t capacity;       /* ring slots */
+    int64_t first;          /* the first row's slot, in [0, capacity) */
+    int64_t n;              /* rows, in [1, capacity] */
+    int64_t write_count;    /* the writer's count before this write */
+    int64_t *generation;    /* int64[capacity] */
+    int64_t *index_out;     /* int64[n]: the slots written */
+    double *sum;            /* the sum tree's nodes (NULL: a uniform buffer) */
+    double *min;            /* the min tree's nodes */
+    int64_t size;           /* the trees' leaves */
+    double *value;          /* float64[n]: the transformed priorities */
+    int64_t shadow;         /* as rb_update_range */
+    double *high;           /* one float64: the max priority to commit */
+    double *max_priority;   /* one float64 */
+    const void *priority;   /* the raw priorities (NULL: the max priority) */
+    int64_t is_float32;     /* raw priorities float32 (else float64) */
+    double eps;
+} rb_extend_args;
+
+typedef char rb_extend_args_is_packed[sizeof(rb_extend_args) == 18 * 8 ? 1 : -1];
+
+int64_t rb_extend_args_size(void) { return (int64_t)sizeof(rb_extend_args); }
+
+/* extend's priorities up to the pow, in one pass: value[i] = raw[i] + eps for
+ * the n raw priorities (widened to a double first, as torch converts;
+ * priority NULL: every row gets *max_priority, the reference's torch.full)
+ * and *high the larger of *max_priority and their maximum. Returns 1 when
+ * every raw priority is finite and >= 0, else 0 (nothing promised of value
+ * and *high; the caller's full path reports what is wrong). Nothing is
+ * committed: rb_extend does, once the caller's pow has shown that no
+ * transform overflows. */
+int64_t rb_extend_prepare(const rb_extend_args *x)
+{
+    double high = *x->max_priority, eps = x->eps, *out = x->value;
+    int64_t n = x->n;
+    if (!x->priority) {
+        double v = high + eps;
+        for (int64_t i = 0; i < n; i++) out[i] = v;
+        *x->high = high;
+        return 1;
+    }
+    int64_t ok = 1;
+    const float *p32 = (const float *)x->priority;
+    const double *p64 = (const double *)x->priority;
+    for (int64_t i = 0; i < n; i++) {
+        double v = x->is_float32 ? (double)p32[i] : p64[i];
+        ok &= (v >= 0.0) & (v <= DBL_MAX);
+        high = v > high ? v : high;
+        out[i] = v + eps;
+    }
+    *x->high = high;
+    return ok;
+}
+
+/* One row of one column from a contiguous source to a strided destination:
+ * word copies when pointers and row size allow them (the compiler turns
+ * them into a few moves), bytes otherwise. */
+static inline void copy_row(char *restrict to, const char *restrict from, int64_t rb)
+{
+    int64_t align = (int64_t)(intptr_t)to | (int64_t)(intptr_t)from | rb;
+    if (align % 8 == 0) {
+        uint64_t *d = (uint64_t *)to;
+        const uint64_t *s = (const uint64_t *)from;
+        for (int64_t k = 0; k < rb / 8; k++) d[k] = s[k];
+    } else if (align % 4 == 0) {
+        uint32_t *d = (uint32_t *)to;
+        const uint32_t *s = (const uint32_t *)from;
+        for (int64_t k = 0; k < rb / 4; k++) d[k] = s[k];
+    } else {
+        memcpy(to, from, (size_t)rb);
+    }
+}
+
+/* The whole write of an extend of n rows (1 <= n <= capacity) from ring slot
+ * `first` (row r to slot (first + r) mod capacity), after the caller's
+ * checks and, for a prioritized buffer, rb_extend_prepare and its pow:
+ *
+ *  1. sum not NULL: when any value[i] is not finite (a transform overflowed
+ *     float64) returns 1 and NOTHING is written (the caller's full path
+ *     raises the reference's error). Else the trees' leaves at the slots
+ *     become value (sum) and value > 0 ? value : +inf (min), as
+ *     rb_update_range (one range, or two when the ring wraps: each ancestor
+ *     recomputed once, the same bits), and *max_priority = *high;
+ *  2. the rows: column c's row r to its row at slot(r), row after row (the
+ *     columns of one destination row side by side when they are fields of
+ *     interleaved rows);
+ *  3. generation[slot(r)] = write_count + r and index_out[r] = slot(r).
+ *
+ * Returns 0 when written, 1 (overflow) or 2 (arguments outside the
+ * contract) with nothing written. */
+int64_t rb_extend(const rb_extend_args *x)
+{
+    int64_t n = x->n, capacity = x->capacity, first = x->first, count = x->write_count;
+    if (n < 1 || n > capacity || first < 0 || first >= capacity) return 2;
+    int64_t head = capacity - first < n ? capacity - first : n;
+    if (x->sum) {
+        const double *value = x->value;
+        int64_t ok = 1;
+        for (int64_t i = 0; i < n; i++) ok &= (value[i] <= DBL_MAX) & (value[i] >= -DBL_MAX);
+        if (!ok) return 1;
+        if (rb_update_range(x->sum, 0, x->min, 1, x->size, capacity, first, head, value, x->shadow))
+            return 2;
+        if (head < n) rb_update_range(x->sum, 0, x->min, 1, x->size, capacity, 0, n - head, value + head, x->shadow);
+        *x->max_priority = *x->high;
+    }
+    const int64_t *cols = x->cols;
+    int64_t *generation = x->generation, *index_out = x->index_out;
+    for (int64_t seg = 0; seg < 2; seg++) {
+        int64_t s0 = seg ? 0 : first, r0 = seg ? head : 0, r1 = seg ? n : head;
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t s = s0 + (r - r0);
+            for (int64_t c = 0; c < x->n_cols; c++) {
+                const int64_t *col = cols + 4 * c;
+                copy_row((char *)(intptr_t)col[1] + s * col[2], (const char *)(intptr_t)col[0] + r * col[3], col[3]);
+            }
+            generation[s] = count + r;
+            index_out[r] = s;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# One prepared GPU check (not run by CI): correctness of the triton and device
+# variants on CUDA, then their timings (bench/gpu_bench.py). Run from the
+# repository root on a CUDA machine:
+#
+#     bash bench/gpu_check.sh            # results in $OUT (default ./reports)
+#     bash bench/gpu_check.sh --wheels   # on a machine with a package index: fetch
+#                                        # the wheels a bare CUDA machine lacks into .whl/
+#
+# Steps, each with its own time limit; a failing step is recorded in
+# $OUT/gpu_check.md and the next one runs (exit status: 0 only if all passed):
+#   1. environment: which python, torch, triton, GPU;
+#   2. dependencies, never moving torch or triton: tensordict and its small
+#      dependencies from .whl/ (carried there, no network needed), else from the
+#      package index if one answers; rbcheck installed --no-deps (editable),
+#      else imported through a shim folder on PYTHONPATH;
+#   3. tests/variants/test_triton.py, test_cuda.py, test_overflow.py on CUDA;
+#   4. python -m bench.gpu_bench (2^24 and 2^20; JSON and markdown);
+#   5. pytest rbcheck/conformance --impl triton --rbcheck-device cuda (ci profile).
+# Budgets (seconds) add up to about 6 minutes: override with GPU_CHECK_BUDGETS
+# ("setup tests bench conformance", default "90 100 170 100").
+set -u
+cd "$(dirname "$0")/.."
+WHEELS="tensordict==0.14.3 orjson pyvers importlib_metadata zipp lazy-importer"
+
+if [ "${1:-}" = "--wheels" ]; then
+    mkdir -p .whl
+    exec python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        --platform any -d .whl $WHEELS
+fi
+
+OUT="${OUT:-reports}"
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+SUMMARY="$OUT/gpu_check.md"
+: >"$LOG"
+read -r B_SETUP B_TESTS B_BENCH B_CONF <<<"${GPU_CHECK_BUDGETS:-90 100 170 100}"
+PY="${PYTHON:-python3}"
+export PY WHEELS PYTHONUNBUFFERED=1 RBCHECK_PROFILE=ci
+STATUS=0
+ROWS=()
+
+step() {  # step NAME BUDGET COMMAND...: run with a time limit, log, record
+    local name="$1" budget="$2"
+    shift 2
+    local start=$SECONDS
+    echo "=== $name (limit ${budget}s): $*" | tee -a "$LOG"
+    timeout -k 10 "$budget" "$@" >>"$LOG" 2>&1
+    local rc=$?
+    local took=$((SECONDS - start))
+    local what="ok"
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then what="TIMED OUT"; elif [ $rc -ne 0 ]; then what="FAILED (rc $rc)"; fi
+    [ $rc -ne 0 ] && STATUS=1
+    echo "=== $name: $what in ${took}s" | tee -a "$LOG"
+    ROWS+=("| $name | $what | ${took} s |")
+    return $rc
+}
+
+setup() {
+    echo "--- environment"
+    command -v "$PY"
+    "$PY" --version
+    nvidia-smi -L 2>&1 | head -4
+    "$PY" -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), \
+torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || return 1
+    "$PY" -c "import triton; print('triton', triton.__version__)" || echo "triton does not import"
+    echo "--- dependencies"
+    if ! "$PY" -c "import tensordict" 2>/dev/null; then
+        if compgen -G ".whl/*.whl" >/dev/null; then
+            "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/gpu_check_site \
+                .whl/*.whl || return 1
+        else  # a package index may answer; --no-deps: torch and triton stay as they are
+            timeout 60 "$PY" -m pip install -q --no-deps --retries 0 --timeout 5 \
+                --target /tmp/gpu_check_site $WHEELS || echo "no index answered and no .whl/"
+        fi
+    fi
+    for m in safetensors hypothesis pytest scipy numpy; do
+        "$PY" -c "import $m" 2>/dev/null || echo "missing: $m"
+    done
+    if "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/gpu_check_pip.txt 2>&1 \
+            && "$PY" -c "import rbcheck.variants" 2>/dev/null; then
+        echo "rbcheck installed (editable, no dependencies)"
+    else
+        cat /tmp/gpu_check_pip.txt
+        echo "editable install failed: importing rbcheck through a shim folder"
+        rm -rf /tmp/gpu_check_shim && mkdir -p /tmp/gpu_check_shim
+        cp -r rbcheck /tmp/gpu_check_shim/rbcheck
+        for part in reference variants harness; do ln -s "$PWD/$part" "/tmp/gpu_check_shim/rbcheck/$part"; done
+    fi
+    "$PY" -c "import rbcheck.variants.triton_tree as t, tensordict; \
+print('rbcheck imports; triton kernels:', t.UNAVAILABLE or 'available'); print('tensordict', tensordict.__version__)"
+}
+
+export PYTHONPATH="/tmp/gpu_check_site:/tmp/gpu_check_shim${PYTHONPATH:+:$PYTHONPATH}"
+export -f setup
+step setup "$B_SETUP" bash -c setup
+step tests "$B_TESTS" "$PY" -m pytest tests/variants/test_triton.py tests/variants/test_cuda.py \
+    tests/variants/test_overflow.py -q -p no:cacheprovider -rfEs
+step bench "$B_BENCH" "$PY" -m bench.gpu_bench --out "$OUT" --budget $((B_BENCH * 2 / 3))
+step conformance "$B_CONF" "$PY" -m pytest rbcheck/conformance --impl triton --rbcheck-device cuda \
+    --rbcheck-profile ci -q -p no:cacheprovider -rfE --maxfail=10
+
+{
+    echo "# GPU check"
+    echo
+    echo "| step | result | time |"
+    echo "|---|---|---|"
+    printf '%s\n' "${ROWS[@]}"
+    echo
+    echo "Log: gpu_check.log; timings: gpu_bench.md / gpu_bench.json."
+} >"$SUMMARY"
+cat "$SUMMARY"
+[ -f "$OUT/gpu_bench.md" ] && cat "$OUT/gpu_bench.md"
+exit $STATUS

@@ -48,14 +48,58 @@ def tests(session: nox.Session) -> None:
     if session.posargs:  # a targeted run: just what was asked for
         session.run("pytest", *session.posargs)
         return
-    # the conformance suite on every variant first (each its own --impl run),
-    # the micro-benchmarks in smoke mode (each once, checked, no timing), then
+    # the conformance suite on every variant (each its own --impl run, one
+    # after the other) runs beside the rest, on the second core: the triton
+    # variant's kernels run in Triton's interpreter here and take minutes on
+    # one core while the main run is mostly single-threaded. Then the
+    # micro-benchmarks in smoke mode (each once, checked, no timing), then
     # everything with the reference as --impl (the asv benchmarks' smoke run
-    # is tests/test_asv_smoke.py)
-    for variant in VARIANTS:
-        session.run("pytest", "rbcheck/conformance", "--impl", variant, "-q", "-p", "no:cacheprovider")
-    session.run("pytest", "bench/micro", "--benchmark-disable", "-q", "-p", "no:cacheprovider")
-    session.run("pytest")
+    # is tests/test_asv_smoke.py); the variants' output is printed at the end.
+    beside = Beside(session, [("pytest", "rbcheck/conformance", "--impl", variant, "-q", "-p", "no:cacheprovider")
+                              for variant in VARIANTS])
+    try:
+        session.run("pytest", "bench/micro", "--benchmark-disable", "-q", "-p", "no:cacheprovider")
+        session.run("pytest")
+    finally:
+        beside.finish()
+
+
+class Beside:
+    """Commands run one after the other in a background thread of a session,
+    with the session's environment and virtualenv; :meth:`finish` waits,
+    prints each command's output and fails the session if one failed."""
+
+    def __init__(self, session: nox.Session, commands):
+        import os
+        import subprocess
+        import threading
+
+        env = {k: v for k, v in {**os.environ, **session.env}.items() if v is not None}  # None: unset
+        env["PATH"] = os.pathsep.join([session.bin, env.get("PATH", "")])
+        self.session, self.commands, self.results = session, list(commands), []
+
+        def run_all():
+            for cmd in self.commands:
+                try:
+                    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                except Exception as err:  # noqa: BLE001 - not started: a failure, never a silent pass
+                    proc = subprocess.CompletedProcess(cmd, 127, "", f"{err}\n")
+                self.results.append((cmd, proc))
+
+        self.thread = threading.Thread(target=run_all, daemon=True)
+        self.thread.start()
+
+    def finish(self) -> None:
+        self.thread.join()
+        failed = []
+        for cmd, proc in self.results:
+            self.session.log(f"(run beside) {' '.join(cmd)}: exit status {proc.returncode}")
+            print(proc.stdout[-20000:] + proc.stderr[-5000:])
+            if proc.returncode:
+                failed.append(" ".join(cmd))
+        failed += [" ".join(cmd) + " (never ran)" for cmd in self.commands[len(self.results):]]
+        if failed:
+            self.session.error(f"failed: {failed}")
 
 
 @nox.session
@@ -192,6 +236,7 @@ def thirdparty(session: nox.Session) -> None:
     library with an environment of its own ran first, in it: thirdparty_env);
     the tests session skips them (the libraries are not installed there)."""
     install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)  # torchrl: its checkpoint guarantees
+    ensure_torchrl_extension(session)  # test_torchrl_bugs.py runs TorchRL's PrioritizedSampler
     session.env.setdefault("RBCHECK_PROFILE", "ci")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # RLlib's repros: nothing leaves the machine
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)

@@ -32,7 +32,10 @@ How:
   restores every row. A failed check stops the run: a wrong answer gets no
   number.
 * Timing: every operation of every peer once per repetition, round-robin in
-  one process, so machine noise hits all alike; a (peer, operation) cell
+  one process, so machine noise hits all alike, in a new (seeded) order each
+  repetition, so that no cell always follows the same one (a small call timed
+  right after a similar one finds warm caches, after a large one cold caches:
+  a fixed order favoured some peers by their position); a (peer, operation) cell
   whose calls have used up ``--budget`` seconds stops after 3 repetitions.
   ``--runs`` repeats the whole timing pass on the same buffers. One torch
   thread (env ``RBCHECK_BENCH_THREADS``, default 1 here).
@@ -51,6 +54,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -787,7 +791,11 @@ def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -
         spent = dict.fromkeys(cells, 0.0)
         t_run = time.perf_counter()
         for rep in range(reps):
-            for key, fn in cells.items():
+            order = list(cells.items())
+            # a new order each repetition: the call before a cell is any other cell alike, so no
+            # peer is always timed after a similar call (warm caches) or after a large one (cold)
+            random.Random(f"{run}/{rep}").shuffle(order)
+            for key, fn in order:
                 if rep >= MIN_REPS and spent[key] > budget_s:
                     continue
                 gc.disable()
@@ -831,8 +839,9 @@ def _git_commit() -> str:
 
 
 def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_s: float, runs: int,
-        log=print, extend_sizes=EXTEND_SIZES) -> dict:
-    """Check and time ``peers`` (rbcheck's baseline added first); the report as a dict."""
+        log=print, extend_sizes=EXTEND_SIZES, only=None) -> dict:
+    """Check and time ``peers`` (rbcheck's baseline added first); the report as a dict.
+    ``only``: time these operations only (every check still runs)."""
     load0 = os.getloadavg()[0]
     base = Rbcheck()
     status, usable = {}, [base]
@@ -847,6 +856,8 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
     results, checks = [], 0
     for width in widths:
         bench = Bench(usable, capacity, width, batch, log, extend_sizes)
+        if only:
+            bench.ops = tuple(op for op in bench.ops if op in only)
         try:
             checks += bench.checks
             results += time_width(bench, reps, budget_s, runs, log)
@@ -883,40 +894,44 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
 
 
 def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dict:
-    """Median seconds of the parts of rbcheck's ``save``/``load`` of a full uniform buffer
-    (the reference's checkpoint code, which the variant uses) and of what could replace
-    them: the integrity hash (sha256, what it uses, against blake2b and sha512), the fsyncs,
-    the copies (``state_dict``'s clone out of the interleaved rows, safetensors' encode and
-    decode, the staged clone of a load and ``repack``'s copy back into rows), and TorchRL's
+    """Median seconds, wall and CPU (``process_time``: every thread of the process; on a shared
+    machine the wall time is mostly waiting), of rbcheck's ``save``/``load`` of a full uniform
+    buffer and of their parts, side by side with what they replaced and what bounds them: the
+    integrity hash (sha256, what it uses, against blake2b, sha512 and zlib's crc32, a
+    checksum, not a hash), writing the tensor file with and without its fsync, reading it
+    into new memory, the load's ``load_state_dict`` (adopting the read columns and moving
+    them into the rows), the reference's path (what the variant used before it streamed:
+    ``state_dict``'s clone, safetensors' bytes, the staged clone), and TorchRL's
     ``dumps``/``loads`` of the same rows when TorchRL imports."""
     import hashlib
+    import zlib
 
-    from safetensors.torch import load as load_tensors
+    from rbcheck.reference import checkpoint as ref_checkpoint
+    from rbcheck.variants import checkpoint_stream
 
-    from rbcheck.reference import checkpoint_format as fmt
-
-    def med(fn):
-        times = []
+    def med(fn, before=None):
+        walls, cpus = [], []
         for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
+            arg = before() if before else None
+            t, c = time.perf_counter(), time.process_time()
+            fn(arg) if before else fn()
+            walls.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
+        return [statistics.median(walls), statistics.median(cpus)]
 
     base = Rbcheck()
     buf = base.build(capacity, width, False)
     tmp = Path(tempfile.mkdtemp(prefix="rbcheck-peers-costs-"))
     try:
-        state = buf.state_dict()
-        _, blob = fmt.encode(state)
-        out = {"bytes": len(blob), "width": width, "capacity": capacity}
-        out["save"] = med(lambda: buf.dumps(tmp / "ckpt"))
+        buf.dumps(tmp / "ckpt")
+        blob = (ref_checkpoint.live_dir(tmp / "ckpt") / ref_checkpoint.TENSORS).read_bytes()
+        parts = {}
+        parts["save"] = med(lambda: buf.dumps(tmp / "ckpt"))
         target = base.new_target(buf, capacity)
-        out["load"] = med(lambda: target.loads(tmp / "ckpt"))
-        out["state_dict (clone out of the rows)"] = med(buf.state_dict)
-        out["encode (safetensors + sha256 + JSON)"] = med(lambda: fmt.encode(state))
+        parts["load"] = med(lambda: target.loads(tmp / "ckpt"))
         for name in ("sha256", "blake2b", "sha512"):
-            out[f"hash {name}"] = med(lambda name=name: hashlib.new(name, blob).digest())
+            parts[f"hash {name}"] = med(lambda name=name: hashlib.new(name, blob).digest())
+        parts["crc32 (zlib)"] = med(lambda: zlib.crc32(blob))
         data_file = tmp / "blob"
 
         def write(sync: bool):
@@ -926,30 +941,38 @@ def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dic
                 if sync:
                     os.fsync(f.fileno())
 
-        out["write (no fsync)"] = med(lambda: write(False))
-        out["write + fsync"] = med(lambda: write(True))
-        raw = data_file.read_bytes()
-        out["read the file"] = med(data_file.read_bytes)
-        out["decode (safetensors load)"] = med(lambda: load_tensors(raw))
-        loaded = fmt.decode(*fmt.encode(state))
-        staged = base.new_target(buf, capacity)
-        out["load_state_dict (staged clone)"] = med(lambda: staged.storage.load_state_dict(
-            loaded["storage"], capacity))
-        out["repack (copy into rows)"] = med(lambda: (staged.storage.load_state_dict(
-            loaded["storage"], capacity), staged.storage.repack())) - out["load_state_dict (staged clone)"]
+        parts["write the tensor file (no fsync)"] = med(lambda: write(False))
+        parts["write + fsync"] = med(lambda: write(True))
+
+        def read_fresh():
+            tensor_file = ref_checkpoint.live_dir(tmp / "ckpt") / ref_checkpoint.TENSORS  # each save makes a new one
+            handle, size = ref_checkpoint.open_regular(tensor_file, 1 << 62)
+            with handle:
+                out = torch.empty(size, dtype=torch.uint8)
+                view, got = memoryview(out.numpy()), 0
+                while got < size:
+                    got += handle.readinto(view[got:got + checkpoint_stream.CHUNK]) or size
+            return out
+
+        parts["read into new memory (no hash)"] = med(read_fresh)
+        parts["read into new memory + sha256 (worker thread)"] = med(lambda: checkpoint_stream.read(tmp / "ckpt"))
+        parts["load_state_dict (adopt, then into the rows)"] = med(
+            target.load_state_dict, before=lambda: checkpoint_stream.read(tmp / "ckpt"))
+        parts["save by the reference's path (before)"] = med(lambda: ref_checkpoint.save_checkpoint(buf, tmp / "ref"))
+        parts["load by the reference's path (before)"] = med(lambda: ref_checkpoint.load_checkpoint(target, tmp / "ref"))
         try:
             trl = TorchRL()
             if trl.unavailable() is None:
                 rb = trl.build(capacity, width, False)
-                out["torchrl dumps"] = med(lambda: rb.dumps(tmp / "trl"))
+                parts["torchrl dumps"] = med(lambda: rb.dumps(tmp / "trl"))
                 trl_target = trl.new_target(rb, capacity)
-                out["torchrl loads"] = med(lambda: trl_target.loads(tmp / "trl"))
+                parts["torchrl loads"] = med(lambda: trl_target.loads(tmp / "trl"))
                 del rb, trl_target
         except ImportError as err:
             log(f"TorchRL not timed: {err}")
-        log(f"checkpoint costs, width {width}: " + ", ".join(
-            f"{k} {v * 1e3:.0f} ms" for k, v in out.items() if isinstance(v, float)))
-        return out
+        log(f"checkpoint costs, width {width} (wall/CPU ms): " + ", ".join(
+            f"{k} {w * 1e3:.0f}/{c * 1e3:.0f}" for k, (w, c) in parts.items()))
+        return {"bytes": len(blob), "width": width, "capacity": capacity, "parts": parts}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -999,6 +1022,10 @@ def render(report: dict) -> str:
         f"{machine['load_average'][1]}, torch {machine['torch']} with {machine['torch_threads']} "
         "thread(s).",
         "",
+        *[line for m in report.get("remeasured", []) for line in (
+            f"{', '.join(label(op) for op in m['ops'])}: re-measured on {m['date']} at commit {m['commit']} "
+            f"({m['runs']} run(s), load average {m['load_average'][0]} to {m['load_average'][1]}, "
+            f"{m['checks_passed']} checks passed); the other rows are from the run above.", "")],
         "| peer | version | timed |",
         "|---|---|---|",
     ]
@@ -1021,16 +1048,19 @@ def render(report: dict) -> str:
             lines.append(f"| {label(op)} | " + " | ".join(cells) + " |")
     costs = report.get("checkpoint_costs")
     if costs:
-        keys = [k for k in costs[0] if k not in ("bytes", "width", "capacity")]
+        keys = list(dict.fromkeys(k for c in costs for k in c["parts"]))
         lines += ["", "## What rbcheck's `save` and `load` spend", "",
                   f"`python -m bench.peers --costs`: median milliseconds of each part for the full "
-                  f"uniform buffer (load average {report.get('checkpoint_costs_load_average')}); "
-                  "the hashes run over the whole tensor file.", "",
+                  f"uniform buffer, wall time then (in brackets) CPU time of all the process's threads "
+                  f"(load average {report.get('checkpoint_costs_load_average')}; on a shared machine "
+                  "the wall time is mostly waiting for a core); the hashes run over the whole tensor "
+                  "file.", "",
                   "| part | " + " | ".join(f"width {c['width']} ({c['bytes'] / 2**20:.0f} MiB)" for c in costs)
                   + " |", "|---|" + "---|" * len(costs)]
         for key in keys:
             lines.append(f"| {key} | " + " | ".join(
-                f"{c[key] * 1e3:.0f}" if key in c else "—" for c in costs) + " |")
+                f"{c['parts'][key][0] * 1e3:.0f} ({c['parts'][key][1] * 1e3:.0f})" if key in c["parts"] else "—"
+                for c in costs) + " |")
     base = [b for b in report["baselines"] if b["run"] == 0 and b["impl"] == BASE]
     if base:
         lines += ["", "rbcheck's own median times in the first run (microseconds; absolute times on a "
@@ -1042,6 +1072,18 @@ def render(report: dict) -> str:
                      for w in sizes["widths"]]
             lines.append(f"| {label(op)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def merge(report: dict, new: dict, ops) -> dict:
+    """``report`` with the rows of ``ops`` replaced by those of ``new`` (a run of those only),
+    and the re-measurement recorded (``remeasured``: what, when, at which commit)."""
+    ops = list(ops)
+    for key in ("ratios", "baselines"):
+        report[key] = [r for r in report[key] if r["op"] not in ops] + new[key]
+    report.setdefault("remeasured", []).append(
+        {"ops": ops, "date": new["date"], "commit": new["commit"], "runs": new["sizes"]["runs"],
+         "load_average": new["machine"]["load_average"], "checks_passed": new["checks_passed"]})
+    return report
 
 
 def main(argv=None) -> int:
@@ -1061,6 +1103,9 @@ def main(argv=None) -> int:
                              f"(after {MIN_REPS} repetitions)")
     parser.add_argument("--runs", type=int, default=3, help="timing runs over the same buffers")
     parser.add_argument("--peers", default=None, help="comma-separated subset of the peers")
+    parser.add_argument("--ops", default=None,
+                        help="time only these operations (comma-separated; every check still runs) and "
+                             "replace their rows in the report at --out, keeping the others")
     parser.add_argument("--costs", action="store_true",
                         help="instead of the side-by-side run: time the parts of rbcheck's save and "
                              "load (hashes, fsync, copies) and TorchRL's dumps/loads, for each width, "
@@ -1094,8 +1139,15 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"--peers={args.peers}, but should name some of {[p.name for p in peers]}")
         peers = [p for p in peers if p.name in wanted]
+    only = None
+    if args.ops:
+        only = args.ops.split(",")
+        if not set(only) <= set(ops_for(extend_sizes)):
+            parser.error(f"--ops={args.ops}, but should name some of {list(ops_for(extend_sizes))}")
     report = run(peers, args.capacity, widths, args.batch, args.reps, args.budget, args.runs,
-                 extend_sizes=extend_sizes)
+                 extend_sizes=extend_sizes, only=only)
+    if only and Path(args.out).exists():
+        report = merge(json.loads(Path(args.out).read_text()), report, only)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(render(report))

@@ -126,9 +126,10 @@ def streams(draw, num_envs: int, capacity: int, truncations: bool = False) -> St
 
 
 @st.composite
-def transition_setups(draw, impl, nstep: bool, truncations: bool = False):
-    """``(spec, stream)``: several envs only where the adapter has ``env_id``."""
-    num_envs = draw(st.integers(1, 3), label="num_envs") if impl.has("env_id") else 1
+def transition_setups(draw, impl, nstep: bool, truncations: bool = False, one_env: bool = False):
+    """``(spec, stream)``: several envs only where the adapter has ``env_id``
+    (and not ``one_env``: slices need each episode's rows adjacent)."""
+    num_envs = draw(st.integers(1, 3), label="num_envs") if impl.has("env_id") and not one_env else 1
     capacity = num_envs * draw(st.integers(2, 8), label="rows per env")
     spec = BufferSpec(
         capacity=capacity, seed=draw(st.integers(0, 2**16), label="seed"), layout=LAYOUT, num_envs=num_envs,

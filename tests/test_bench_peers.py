@@ -157,3 +157,22 @@ def test_the_committed_table_is_the_render_of_the_committed_report():
     report = json.loads((ROOT / "reports" / "peers.json").read_text())
     committed = (ROOT / "docs" / "results" / "peers.md").read_text()
     assert committed == P.render(report), "run `python -m bench.peers --render` and commit the result"
+
+
+def test_ops_re_measures_some_rows_and_keeps_the_others():
+    report = P.run([Stub()], log=lambda line: None, **SMALL)
+    again = P.run([Stub()], log=lambda line: None, **SMALL, only=["save", "load"])
+    assert {r["op"] for r in again["ratios"]} == {"save", "load"}
+    merged = P.merge(json.loads(json.dumps(report)), again, ["save", "load"])
+    assert sorted((r["op"], r["run"]) for r in merged["ratios"]) == sorted((r["op"], r["run"]) for r in report["ratios"])
+    assert [r for r in merged["ratios"] if r["op"] == "save"] == [r for r in again["ratios"] if r["op"] == "save"]
+    assert "`save`, `load`: re-measured on" in P.render(merged)
+
+
+def test_checkpoint_costs_time_every_part_and_render():
+    costs = P.checkpoint_costs(4096, 8, reps=1, log=lambda line: None)
+    assert {"save", "load", "hash sha256", "write + fsync", "load by the reference's path (before)"} <= set(costs["parts"])
+    assert all(wall >= 0 and cpu >= 0 for wall, cpu in costs["parts"].values())
+    report = P.run([Stub()], log=lambda line: None, **SMALL)
+    report["checkpoint_costs"], report["checkpoint_costs_load_average"] = [costs], 1.0
+    assert "| hash sha256 |" in P.render(report)

@@ -339,3 +339,62 @@ def test_incomplete_windows_are_handled_as_declared(impl, data):
              f"> 0 in {len(p)} draws (incomplete_windows='shorten': it is sampled, shortened)", trace)
     sub = rows[incomplete]
     check_transitions(impl, spec, oracle, sub, p[incomplete], trace, skip_incomplete=False)
+
+
+@given(data=st.data())
+def test_slice_ends_are_marked_and_episode_ends_keep_their_flags(impl, data):
+    """exact: a slice sample (capability ``slice``, ``strict_length``, one
+    env) of env steps: each slice is a run of consecutive held steps of one
+    episode; every row keeps its own ``terminated`` and ``next_obs``; a row
+    inside a slice keeps its own ``truncated``; a slice's last row is marked
+    ``truncated`` (the learner's trajectory breaks there) unless it is
+    terminated, where ``terminated`` already turns bootstrapping off and
+    ``truncated`` may be either. No eligible episode: the sample is refused."""
+    if not impl.has("slice"):
+        pytest.skip("capability 'slice' not declared")
+    conv = impl.conventions
+    if "truncated" not in conv.transition_fields:
+        pytest.skip("the buffer does not return truncated (transition_fields)")
+    spec, stream = data.draw(transition_setups(impl, nstep=False, truncations=True, one_env=True), label="setup")
+    slice_len = data.draw(st.integers(1, 4), label="slice_len")
+    num_slices = data.draw(st.integers(1, 3), label="num_slices")
+    spec = spec.but(sampler="slice", slice_len=slice_len, num_slices=None, strict_length=True,
+                    episode_key="episode")
+    buf, trace = write(impl, spec, stream)
+    oracle = Oracle(stream, spec, conv)
+    episodes = oracle.held["episode"].tolist()
+    longest = max(sum(1 for e in episodes if e == x) for x in set(episodes))
+    batch = slice_len * num_slices
+    trace.op(f"rows, info = buf.sample({batch})")
+    if longest < slice_len:
+        try:
+            buf.sample(batch)
+        except Exception:  # noqa: BLE001 - any refusal will do: no held episode is slice_len long
+            return
+        fail(f"sample({batch}) with no held episode of length >= slice_len={slice_len}", "<a batch>",
+             "an error (strict_length=True)", trace)
+    rows, _ = buf.sample(batch)
+    p = oracle.positions(rows, trace)
+    if len(p) != batch:
+        fail("rows in a slice sample", len(p), f"{batch} = {num_slices} slices x slice_len={slice_len}", trace)
+    ids = oracle.held["id"][p].reshape(num_slices, slice_len)
+    for k in range(num_slices):
+        run = ids[k]
+        same = (oracle.held["episode"][p.reshape(num_slices, slice_len)[k]] == episodes[int(p[k * slice_len])]).all()
+        if not (bool(same) and bool((run.diff() == 1).all())):
+            fail(f"row ids of slice {k}", run.tolist(), "consecutive steps of one episode", trace)
+    last = torch.zeros(batch, dtype=torch.bool)
+    last[slice_len - 1::slice_len] = True
+    if "terminated" in conv.transition_fields:
+        first_bad("sample['terminated'] of a slice row", rows["terminated"], oracle.flag[p], p, oracle, trace,
+                  f"terminal_flag={conv.terminal_flag!r}")
+    if "next_obs" in conv.transition_fields:
+        first_bad("sample['next_obs'] of a slice row", rows["next_obs"], oracle.next_obs[p], p, oracle, trace)
+    got = rows["truncated"].cpu().reshape(-1) != 0
+    inner = ~last
+    first_bad("sample['truncated'] inside a slice (its own flag)", got[inner], oracle.held["truncated"][p][inner],
+              p[inner], oracle, trace)
+    ends = last & ~oracle.held["terminated"][p]
+    first_bad(f"sample['truncated'] at a slice's last row (slice_len={slice_len}), not a termination",
+              got[ends], torch.ones(int(ends.sum()), dtype=torch.bool), p[ends], oracle, trace,
+              "a slice's end breaks the trajectory: truncated unless terminated")

@@ -56,3 +56,24 @@ def test_capacity_evicts_whole_episodes_through_the_adapter():
     buf = rllib_episodes_adapter().make(spec)
     Stream(1, ((NONE,), (NONE,), (TERMINATED,), (NONE,), (NONE,), (TERMINATED,))).write(buf)
     assert buf.contents()["id"].tolist() == [3, 4, 5]  # the first episode dropped whole, not its oldest step
+
+
+def test_prioritized_n_step_values_are_right_where_it_samples():
+    """n = 2: the rows the prioritized buffer does sample (those with two steps left in their episode,
+    R18) carry the oracle's return, discount and bootstrap observation, terminated and truncated ends
+    included."""
+    ends = [NONE] * 5 + [TERMINATED] + [NONE] * 3 + [TRUNCATED] + [NONE] * 3
+    stream = Stream(1, tuple((e,) for e in ends))
+    spec = BufferSpec(capacity=100, seed=1, layout=LAYOUT, num_envs=1, nstep=2, gamma=0.5)
+    buf = rllib_episodes_per_adapter().make(spec)
+    stream.write(buf)
+    rows = stream.rows()
+    tr = Transitions(rows)
+    out, info = buf.sample(200)
+    sampled = set(out["id"].tolist())
+    assert sampled == {i for i in range(len(rows)) if tr.complete(i, 2) and len(tr.window(i, 2)) == 2}
+    for b, i in enumerate(out["id"].tolist()):
+        want = tr.nstep(i, 2, 0.5)
+        assert float(out["nstep_return"][b]) == want.ret and float(out["nstep_discount"][b]) == want.discount
+        assert torch.equal(out["nstep_obs"][b], want.obs)
+    assert torch.all(info["weight"] == 1.0)  # every row at the default priority

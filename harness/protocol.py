@@ -126,6 +126,7 @@ PRIORITY_DTYPES = (torch.float64, torch.float32)
 NSTEP_RINGS = ("steps", "completed_windows")
 CAPACITY_COUNTS = ("rows", "complete_transitions")
 TERMINAL_NEXT_OBS = ("final", "zeros")
+EVICTIONS = ("ring", "whole_episodes")
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,15 @@ class Conventions:
       ``"zeros"`` (all zeros; the buffer never had the final observation and
       ``terminated`` keeps the learner from reading it). Truncated steps are
       not concerned: their own final observation is required under both.
+    * ``eviction`` (capability ``"transitions"``): which rows the buffer
+      holds after a stream of steps: ``"ring"`` (spec: the last ``capacity``
+      rows written) or ``"whole_episodes"`` (an episode buffer: ``capacity``
+      counts timesteps and the oldest episodes are dropped whole, so fewer
+      rows may be held, or more while a single episode is held). Checked in
+      its own terms: the rows the buffer reports holding (``contents()["id"]``)
+      are, for each episode, a run of its newest steps; more than
+      ``capacity`` of them belong to one episode; and every sampled row is
+      one of them, with windows over the held rows.
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.
@@ -220,6 +230,7 @@ class Conventions:
     nstep_ring: str = "steps"
     capacity_counts: str = "rows"
     terminal_next_obs: str = "final"
+    eviction: str = "ring"
 
     def __post_init__(self) -> None:
         choices = {
@@ -234,6 +245,7 @@ class Conventions:
             "nstep_ring": NSTEP_RINGS,
             "capacity_counts": CAPACITY_COUNTS,
             "terminal_next_obs": TERMINAL_NEXT_OBS,
+            "eviction": EVICTIONS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)

@@ -19,6 +19,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tensordict import TensorDict
 
 from rbcheck.harness.assertions import Trace, fail
 from rbcheck.harness.transition_streams import Stream, transition_setups
@@ -42,7 +43,7 @@ class Oracle:
     last ``capacity`` steps whose transitions are complete
     (:meth:`Stream.held`)."""
 
-    def __init__(self, stream: Stream, spec, conventions):
+    def __init__(self, stream: Stream, spec, conventions, buf=None, trace: Trace | None = None):
         self.spec, self.conv = spec, conventions
         if spec.nstep and conventions.capacity_counts != "rows":
             raise ValueError(f"Conventions.capacity_counts={conventions.capacity_counts!r} with spec.nstep="
@@ -53,7 +54,9 @@ class Oracle:
         total = len(self.tr)
         self.written = total - 1  # the newest row written (the write cursor is after it)
         n = spec.nstep
-        if n and conventions.nstep_ring == "completed_windows":
+        if conventions.eviction == "whole_episodes":
+            held_ids = held_whole_episodes(self.rows, spec, buf, trace)
+        elif n and conventions.nstep_ring == "completed_windows":
             done = [(self.tr.window(t, n)[-1], t) for t in range(total) if self.tr.complete(t, n)]
             held_ids = sorted(t for _, t in sorted(done)[-spec.capacity:])
         elif conventions.capacity_counts == "complete_transitions":
@@ -96,9 +99,40 @@ class Oracle:
             if self.conv.capacity_counts != "rows":
                 ring = (f" (capacity_counts={self.conv.capacity_counts!r}: the last {self.spec.capacity} steps "
                         f"whose transitions are complete)")
+            ring += "" if self.conv.eviction == "ring" else f" (eviction={self.conv.eviction!r})"
             want = f"a held row{ring}, one of {held}" if held else f"no row: none is held yet{ring}, so a sample is refused"
             fail("sampled row id", int(ids[bad][0]), want, trace)
         return p
+
+
+def held_whole_episodes(rows: TensorDict, spec, buf, trace: Trace) -> list[int]:
+    """Under ``eviction="whole_episodes"``: the ids of the rows the buffer
+    reports holding (``contents()["id"]``), checked in the convention's
+    terms: each held episode's rows are its newest steps (dropped from the
+    oldest end, never from the middle), more than ``capacity`` rows only
+    while one episode is held, no row twice. A held row's successors in its
+    episode are then held too, so its window over every row written is its
+    window over the held rows."""
+    trace.op("held = buf.contents()['id']")
+    ids = buf.contents()["id"].cpu().reshape(-1).long()
+    if len(ids) == 0 or ((ids < 0) | (ids >= len(rows))).any() or len(set(ids.tolist())) != len(ids):
+        fail("ids of the rows held (contents()['id'])", ids.tolist(),
+             f"distinct written rows in [0, {len(rows)}), at least one", trace)
+    ids = ids.sort().values
+    held = rows[ids]
+    episode = rows["episode"]
+    for ep in held["episode"].unique().tolist():
+        written = (episode == ep).nonzero().reshape(-1)
+        kept = ids[held["episode"] == ep]
+        if kept.tolist() != written[len(written) - len(kept):].tolist():
+            fail(f"rows of episode {ep} held", kept.tolist(),
+                 f"its newest {len(kept)} steps {written[len(written) - len(kept):].tolist()} "
+                 "(eviction='whole_episodes': an episode is dropped from its oldest end, whole)", trace)
+    if len(held) > spec.capacity and len(held["episode"].unique()) > 1:
+        fail(f"rows held with capacity={spec.capacity}", len(held),
+             f"at most {spec.capacity}, or one episode (eviction='whole_episodes'); held episodes "
+             f"{held['episode'].unique().tolist()}", trace)
+    return ids.tolist()
 
 
 def write(impl, spec, stream: Stream):
@@ -198,7 +232,7 @@ def test_sampled_transitions_match_the_oracle(impl, data):
     row (windows complete or, under ``"shorten"``, shortened at the cursor)."""
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, impl.conventions)
+    oracle = Oracle(stream, spec, impl.conventions, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -219,7 +253,7 @@ def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
         pytest.skip("the buffer returns neither next_obs nor n-step quantities (transition_fields)")
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep"), truncations=True), label="setup")
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -253,7 +287,7 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
     conv = impl.conventions
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -328,7 +362,7 @@ def test_incomplete_windows_are_handled_as_declared(impl, data):
     spec, stream = data.draw(transition_setups(impl, nstep=True), label="setup")
     spec = spec.but(nstep=max(spec.nstep, 2))
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=16)
     if rows is None:
         return

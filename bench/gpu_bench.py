@@ -26,7 +26,8 @@ calls of:
   random stream costs), and the floor: ``index_select`` of the rows of an
   earlier sample from separate contiguous columns;
 * ``update_priority`` of a batch of random slots (the same every call:
-  idempotent), the tree update alone (``update_trees`` / ``update_pair``
+  idempotent), with its checks read back in one synchronisation (the
+  default off the CPU) and one by one (the full path), the tree update alone (``update_trees`` / ``update_pair``
   on values already transformed), and the floor: ``index_copy_`` of the
   batch's leaves into two float64 trees.
 
@@ -235,6 +236,17 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
             cases[f"update_priority {batch} | {name}: trees only"] = timed(
                 lambda s=slots, v=value, lo=low, fused=fused: triton_tree.update_trees(
                     [st, mt], s, [v, lo], None, fused=fused))
+        def checks_one_by_one(fn, sampler=tri_buf.sampler):
+            def run():
+                sampler._update_one_sync = lambda *args, **kwargs: False  # the full path's checks
+                try:
+                    return fn()
+                finally:
+                    del sampler._update_one_sync
+            return run
+
+        cases[f"update_priority {batch} | triton single launch, checks one by one"] = timed(
+            checks_one_by_one(lambda s=slots, p=prio: tri_buf.update_priority(s, p)))
         cases[f"update_priority {batch} | device"] = timed(
             lambda s=slots, p=prio: dev_buf.update_priority(s, p))
         cases[f"update_priority {batch} | device: trees only"] = timed(

@@ -32,7 +32,10 @@ How:
   restores every row. A failed check stops the run: a wrong answer gets no
   number.
 * Timing: every operation of every peer once per repetition, round-robin in
-  one process, so machine noise hits all alike; a (peer, operation) cell
+  one process, so machine noise hits all alike, in a new (seeded) order each
+  repetition, so that no cell always follows the same one (a small call timed
+  right after a similar one finds warm caches, after a large one cold caches:
+  a fixed order favoured some peers by their position); a (peer, operation) cell
   whose calls have used up ``--budget`` seconds stops after 3 repetitions.
   ``--runs`` repeats the whole timing pass on the same buffers. One torch
   thread (env ``RBCHECK_BENCH_THREADS``, default 1 here).
@@ -51,6 +54,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -787,7 +791,11 @@ def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -
         spent = dict.fromkeys(cells, 0.0)
         t_run = time.perf_counter()
         for rep in range(reps):
-            for key, fn in cells.items():
+            order = list(cells.items())
+            # a new order each repetition: the call before a cell is any other cell alike, so no
+            # peer is always timed after a similar call (warm caches) or after a large one (cold)
+            random.Random(f"{run}/{rep}").shuffle(order)
+            for key, fn in order:
                 if rep >= MIN_REPS and spent[key] > budget_s:
                     continue
                 gc.disable()

@@ -79,6 +79,8 @@ BUILTIN: dict[str, Builtin] = {
         "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_pairs_adapter", False),
     "flashbax-trajectory-per": Builtin(
         "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_per_adapter", False),
+    # TorchRL's SliceSampler end flags (invariant 10; group torchrl)
+    "torchrl-slices": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_slices_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

@@ -389,3 +389,54 @@ def staged_nstep_enters_before_its_window_is_complete():
             "from the last full window's observation", catches=(MATCH, TRUNC, WINDOW), control=staged_nstep)
 def staged_nstep_flush_bootstraps_from_a_stale_observation():
     return _staged("staged_nstep_stale_flush", ("stale_flush",))
+
+
+SLICE_ENDS = f"{T}::test_slice_ends_are_marked_and_episode_ends_keep_their_flags"
+
+
+class _SliceEndsUnmarked:
+    """The reference buffer whose slice samples return every row's stored
+    flags: a slice's end is not marked as the trajectory's break."""
+
+    def __init__(self, buf, bugs: frozenset[str], spec: BufferSpec):
+        self.buf, self.bugs, self.spec = buf, bugs, spec
+
+    def __getattr__(self, name):
+        return getattr(self.buf, name)
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    def sample(self, batch_size: int | None = None):
+        rows, info = self.buf.sample(batch_size)
+        stored = self.buf.contents()[info["index"].cpu()]
+        rows = rows.clone()
+        if "unmarked" in self.bugs:
+            rows["truncated"] = stored["truncated"]
+        if "terminated_cleared" in self.bugs and self.spec.slice_len:  # the end marker over the done flags
+            end = torch.zeros(len(rows), dtype=torch.bool)
+            end[self.spec.slice_len - 1::self.spec.slice_len] = True
+            rows["truncated"] = rows["truncated"] | end
+            rows["terminated"] = rows["terminated"] & ~end
+        return rows, info
+
+
+def _slice_mutant(name: str, bugs: tuple[str, ...]) -> Adapter:
+    from rbcheck.harness.adapters.reference import reference_adapter
+
+    ref = reference_adapter()
+    return Adapter(name=name, version="mutant", make=lambda spec: _SliceEndsUnmarked(ref.make(spec), frozenset(bugs), spec),
+                   capabilities=frozenset({"transitions", "slice"}), conventions=Conventions())
+
+
+@mutant(bug="a slice sample returns the stored truncated flags: a slice that ends before its episode's end "
+            "is not marked, so a value estimator runs on into the next slice", catches=(SLICE_ENDS,),
+        control="reference")
+def slice_ends_not_marked_truncated():
+    return _slice_mutant("slice_ends_unmarked", ("unmarked",))
+
+
+@mutant(bug="a slice sample marks each slice's end truncated over the episode's own flags: a termination at "
+            "a slice's end loses terminated", catches=(SLICE_ENDS,), control="reference")
+def slice_end_marker_clears_terminated():
+    return _slice_mutant("slice_end_clears_terminated", ("terminated_cleared",))

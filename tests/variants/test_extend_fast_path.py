@@ -249,3 +249,61 @@ def test_trees_deep_enough_for_shadow_levels_stay_the_references(capacity, progr
                 got, want = getattr(var.sampler, tree).nodes, getattr(ref.sampler, tree).nodes
                 assert torch.equal(got.view(torch.int64), want.view(torch.int64)), f"{tree} after {op}"
         assert_same(ref, fast, slow)
+
+
+@pytest.mark.parametrize("alpha", [0.6, 0.4, 1.3])
+def test_one_row_transform_in_c_is_torchs_bit_for_bit(alpha):
+    """A one-row extend transforms its priority in C (libm's pow, what torch's CPU kernel
+    computes for a lone element): the same bits as torch's ``(p + eps) ** alpha`` over
+    many magnitudes; exponents torch special-cases never take that path."""
+    assert extend_fast.libm_pow_agrees(alpha, 1e-8)
+    for special in extend_fast._SPECIAL_ALPHA:
+        assert not extend_fast.libm_pow_agrees(special, 1e-8)
+    g = torch.Generator().manual_seed(7)
+    raw = torch.cat([torch.rand(300, generator=g, dtype=torch.float64) * 5,
+                     torch.exp(torch.randn(300, generator=g, dtype=torch.float64) * 40), torch.zeros(1)])
+    ref, fast, _ = three(4, "prioritized", alpha=alpha)
+    for p in raw.tolist():
+        data = flat_rows(1, 0, [p], torch.float64)
+        ref.extend(data)
+        fast.extend(data)
+    want = ref.sampler.sum_tree.nodes
+    assert torch.equal(fast.sampler.sum_tree.nodes.view(torch.int64), want.view(torch.int64))
+    assert fast.storage._extend_plan.libm_pow
+
+
+class _OneUlpOff:
+    """The native library with an ``rb_extend_prepare`` whose C transform is one ulp off."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def rb_extend_prepare(self, args):
+        fields = native.EXTEND_ARGS.unpack(ctypes.string_at(args, native.EXTEND_ARGS.size))
+        ok = self._lib.rb_extend_prepare(args)
+        if fields[18]:  # do_pow
+            value = ctypes.c_int64.from_address(fields[11])
+            value.value += 1
+        return ok
+
+
+def test_a_c_transform_that_differs_from_torchs_is_refused_and_caught(monkeypatch):
+    """Controls: the agreement check refuses a C transform one ulp off torch's (so the
+    one-row path keeps torch's pow), and were it not checked the comparison fails."""
+    monkeypatch.setattr(extend_fast, "_agrees", {})
+    monkeypatch.setitem(native._state, "lib", _OneUlpOff(native.lib()))
+    assert not extend_fast.libm_pow_agrees(0.6, 1e-8)
+    ref, fast, _ = three(4, "prioritized")
+    for buf in (ref, fast):
+        buf.extend(flat_rows(2, 0, [1.0, 2.0]))
+        buf.extend(flat_rows(1, 2, [0.7]))
+    assert_same(ref, fast)  # the agreement check kept torch's pow
+    monkeypatch.setattr(extend_fast, "libm_pow_agrees", lambda alpha, eps: True)
+    fast.storage._extend_plan = None
+    ref.extend(flat_rows(1, 3, [0.9]))
+    fast.extend(flat_rows(1, 3, [0.9]))
+    with pytest.raises(AssertionError, match="sampler"):
+        assert_same(ref, fast)

@@ -55,6 +55,7 @@ bit (tests/variants/test_extend_fast_path.py).
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import torch
 from tensordict import TensorDict
@@ -107,7 +108,7 @@ class _Plan:
     place), the others every call."""
 
     __slots__ = ("cols", "specs", "layouts", "block", "address", "bound", "value", "views", "high", "priority",
-                 "libm_pow")
+                 "libm_pow", "lock")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
@@ -117,6 +118,7 @@ class _Plan:
         self.bound: dict = {}
         self.value = None
         self.libm_pow = False  # rb_extend_prepare may finish a one-row transform (see bind_sampler)
+        self.lock = threading.Lock()
         self.priority = (None, None)  # (priority key, (column, is_float32) or None)
         layouts = [native.row_layout(column) for _, column in self.cols]
         if storage.device.type != "cpu" or any(len(key) != 1 for key, _ in self.cols) \
@@ -271,6 +273,14 @@ def try_extend(buffer, data) -> torch.Tensor | None:
         return _try_extend_torch(buffer, data)
     if len(source) != len(plan.specs):
         return None
+    with plan.lock:  # one extend at a time fills the block and calls (the calls release the GIL)
+        return _write(buffer, data, plan, lib, source, n, capacity, prioritized)
+
+
+def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
+           prioritized: bool) -> torch.Tensor | None:
+    """``try_extend`` from the layout check on, under the plan's lock."""
+    storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
     bound = plan.bound
     generation = writer.generation
     if generation is not bound.get("generation") and not plan.bind_generation(generation):

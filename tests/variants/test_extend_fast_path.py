@@ -252,25 +252,42 @@ def test_trees_deep_enough_for_shadow_levels_stay_the_references(capacity, progr
         assert_same(ref, fast, slow)
 
 
-@pytest.mark.parametrize("alpha", [0.6, 0.4, 1.3])
-def test_one_row_transform_in_c_is_torchs_bit_for_bit(alpha):
+def c_transform(p: float, alpha: float, eps: float) -> torch.Tensor:
+    """``rb_extend_prepare``'s transform of one raw priority with libm's pow (float64[1])."""
+    out, high, raw = torch.empty(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), \
+        torch.tensor([p], dtype=torch.float64)
+    block = native.EXTEND_ARGS.pack(0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, out.data_ptr(), 0, high.data_ptr(),
+                                    high.data_ptr(), raw.data_ptr(), 0, eps, 1, alpha)
+    args = ctypes.create_string_buffer(block, len(block))
+    assert native.lib().rb_extend_prepare(ctypes.addressof(args))
+    return out
+
+
+def test_one_row_transform_in_c_is_torchs_bit_for_bit():
     """A one-row extend transforms its priority in C (libm's pow, what torch's CPU kernel
-    computes for a lone element): the same bits as torch's ``(p + eps) ** alpha`` over
-    many magnitudes; exponents torch special-cases never take that path."""
-    assert extend_fast.libm_pow_agrees(alpha, 1e-8)
+    computes for a lone element): the same bits as torch's ``(p + eps) ** alpha`` of a
+    one-element tensor over many magnitudes and exponents; exponents torch special-cases
+    never take that path; and one-row extends take it and keep the reference's trees."""
     for special in extend_fast._SPECIAL_ALPHA:
         assert not extend_fast.libm_pow_agrees(special, 1e-8)
     g = torch.Generator().manual_seed(7)
     raw = torch.cat([torch.rand(300, generator=g, dtype=torch.float64) * 5,
                      torch.exp(torch.randn(300, generator=g, dtype=torch.float64) * 40), torch.zeros(1)])
-    ref, fast, _ = three(4, "prioritized", alpha=alpha)
-    for p in raw.tolist():
+    for alpha, eps in [(0.6, 1e-8), (0.4, 1e-8), (1.3, 0.0), (0.77, 1e-3)]:
+        assert extend_fast.libm_pow_agrees(alpha, eps)
+        for p in raw.tolist():
+            want = (torch.tensor([p], dtype=torch.float64) + eps) ** alpha
+            got = c_transform(p, alpha, eps)
+            assert torch.equal(got.view(torch.int64), want.view(torch.int64)), f"p={p!r}, alpha={alpha}"
+    ref, fast, _ = three(4, "prioritized", alpha=0.6)
+    for p in raw[::40].tolist():
         data = flat_rows(1, 0, [p], torch.float64)
         ref.extend(data)
         fast.extend(data)
+    assert fast.storage._extend_plan.libm_pow
     want = ref.sampler.sum_tree.nodes
     assert torch.equal(fast.sampler.sum_tree.nodes.view(torch.int64), want.view(torch.int64))
-    assert fast.storage._extend_plan.libm_pow
+    assert_same(ref, fast)
 
 
 class _OneUlpOff:

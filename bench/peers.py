@@ -1270,6 +1270,11 @@ def render(report: dict) -> str:
                 cells.append(f"{_fmt([r['ratio_median'] for r in rs])} ({_fmt([r['ratio_min'] for r in rs])})"
                              if rs else "—")
             lines.append(f"| {label(op)} | " + " | ".join(cells) + " |")
+    if {"save", "load"} & set(ops):
+        lines += ["", "`save`/`load` are not like for like: rbcheck's keep a sha256 of the tensor file "
+                  "checked before anything changes, refuse damaged or short files, fsync every file "
+                  "and commit by an atomic rename; TorchRL's, tianshou's and stable-baselines3's keep "
+                  "none of these (docs/findings.md, \"Checkpoint guarantees side by side\")."]
     costs = report.get("checkpoint_costs")
     if costs:
         keys = list(dict.fromkeys(k for c in costs for k in c["parts"]))
@@ -1304,7 +1309,8 @@ def merge(report: dict, new: dict, ops) -> dict:
     ops = list(ops)
     for key in ("ratios", "baselines"):
         report[key] = [r for r in report[key] if r["op"] not in ops] + new[key]
-    report.setdefault("remeasured", []).append(
+    report["remeasured"] = [m for m in report.get("remeasured", []) if not set(m["ops"]) <= set(ops)]  # all replaced
+    report["remeasured"].append(
         {"ops": ops, "date": new["date"], "commit": new["commit"], "runs": new["sizes"]["runs"],
          "load_average": new["machine"]["load_average"], "checks_passed": new["checks_passed"]})
     return report

@@ -55,6 +55,7 @@ bit (tests/variants/test_extend_fast_path.py).
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import torch
 from tensordict import TensorDict
@@ -90,8 +91,8 @@ def _sources(storage: DeviceStorage, data) -> list | None:
 
 #: Fields of the argument block (``native.EXTEND_ARGS``; tree_update.c's rb_extend_args).
 (_N_COLS, _COLS, _CAPACITY, _FIRST, _N, _COUNT, _GENERATION, _INDEX, _SUM, _MIN, _SIZE, _VALUE, _SHADOW,
- _HIGH, _MAX, _PRIORITY, _IS_FLOAT32, _EPS) = range(18)
-_FIELDS = 18
+ _HIGH, _MAX, _PRIORITY, _IS_FLOAT32, _EPS, _DO_POW, _ALPHA) = range(20)
+_FIELDS = 20
 
 
 class _Plan:
@@ -106,7 +107,8 @@ class _Plan:
     objects last written; these tensors are the buffer's own and are never resized in
     place), the others every call."""
 
-    __slots__ = ("cols", "specs", "layouts", "block", "address", "bound", "value", "views", "high", "priority")
+    __slots__ = ("cols", "specs", "layouts", "block", "address", "bound", "value", "views", "high", "priority",
+                 "libm_pow", "lock")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
@@ -115,6 +117,8 @@ class _Plan:
         self.views: dict = {}
         self.bound: dict = {}
         self.value = None
+        self.libm_pow = False  # rb_extend_prepare may finish a one-row transform (see bind_sampler)
+        self.lock = threading.Lock()
         self.priority = (None, None)  # (priority key, (column, is_float32) or None)
         layouts = [native.row_layout(column) for _, column in self.cols]
         if storage.device.type != "cpu" or any(len(key) != 1 for key, _ in self.cols) \
@@ -173,8 +177,11 @@ class _Plan:
         block = self.block
         block[_SUM], block[_MIN], block[_MAX] = sum_nodes.data_ptr(), min_nodes.data_ptr(), high.data_ptr()
         block[_SIZE] = sampler.sum_tree.size
-        block[_EPS] = ctypes.c_int64.from_buffer_copy(ctypes.c_double(sampler.eps)).value
-        self.bound.update(sum=sum_nodes, min=min_nodes, max=high, eps=sampler.eps)
+        block[_EPS], block[_ALPHA] = _bits(sampler.eps), _bits(sampler.alpha)
+        if self.value is None:
+            self.values(1)
+        self.libm_pow = libm_pow_agrees(sampler.alpha, sampler.eps)
+        self.bound.update(sum=sum_nodes, min=min_nodes, max=high, eps=sampler.eps, alpha=sampler.alpha)
         return True
 
     def priority_column(self, key) -> tuple | None:
@@ -191,6 +198,47 @@ class _Plan:
 
 def _no_plan() -> None:
     return None
+
+
+def _bits(x: float) -> int:
+    """The int64 whose bytes are the double ``x``."""
+    return ctypes.c_int64.from_buffer_copy(ctypes.c_double(x)).value
+
+
+#: Exponents torch's CPU pow special-cases (fill, copy, sqrt, rsqrt, reciprocal, products):
+#: never libm's pow there.
+_SPECIAL_ALPHA = (0.0, 1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0)
+#: Raw priorities the agreement check transforms (1 + 64 values spread over many magnitudes).
+_PROBES = [0.0, *(float(x) for x in torch.logspace(-12, 12, 64, dtype=torch.float64))]
+_agrees: dict = {}
+
+
+def libm_pow_agrees(alpha: float, eps: float) -> bool:
+    """Whether ``rb_extend_prepare`` may transform a ONE-row priority itself (libm's pow):
+    ``alpha`` is not one torch special-cases, and for every probe priority the native
+    transform of one row is torch's ``(p + eps) ** alpha`` of a one-element tensor bit
+    for bit (how torch computes it there: its CPU kernel's scalar path, ``std::pow``).
+    Cached per ``(alpha, eps)``; False without the native library."""
+    key = (alpha, eps)
+    if key not in _agrees:
+        lib = native.lib()
+        ok = lib is not None and alpha not in _SPECIAL_ALPHA
+        if ok:
+            out = torch.empty(1, dtype=torch.float64)
+            high = torch.zeros(1, dtype=torch.float64)
+            raw = torch.empty(1, dtype=torch.float64)
+            for p in _PROBES:
+                raw[0] = p
+                block = native.EXTEND_ARGS.pack(0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, out.data_ptr(), 0,
+                                                high.data_ptr(), high.data_ptr(), raw.data_ptr(), 0, eps, 1, alpha)
+                args = ctypes.create_string_buffer(block, len(block))
+                want = (raw + eps) ** alpha
+                if not lib.rb_extend_prepare(ctypes.addressof(args)) \
+                        or not torch.equal(out.view(torch.int64), want.view(torch.int64)):
+                    ok = False
+                    break
+        _agrees[key] = ok
+    return _agrees[key]
 
 
 def try_extend(buffer, data) -> torch.Tensor | None:
@@ -225,6 +273,14 @@ def try_extend(buffer, data) -> torch.Tensor | None:
         return _try_extend_torch(buffer, data)
     if len(source) != len(plan.specs):
         return None
+    with plan.lock:  # one extend at a time fills the block and calls (the calls release the GIL)
+        return _write(buffer, data, plan, lib, source, n, capacity, prioritized)
+
+
+def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
+           prioritized: bool) -> torch.Tensor | None:
+    """``try_extend`` from the layout check on, under the plan's lock."""
+    storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
     bound = plan.bound
     generation = writer.generation
     if generation is not bound.get("generation") and not plan.bind_generation(generation):
@@ -244,7 +300,8 @@ def try_extend(buffer, data) -> torch.Tensor | None:
     if prioritized:
         sum_tree, min_tree = sampler.sum_tree, sampler.min_tree
         if (sum_tree._nodes is not bound.get("sum") or min_tree._nodes is not bound.get("min")
-                or sampler._max_priority is not bound.get("max") or sampler.eps != bound.get("eps")) \
+                or sampler._max_priority is not bound.get("max") or sampler.eps != bound.get("eps")
+                or sampler.alpha != bound.get("alpha")) \
                 and not plan.bind_sampler(sampler):
             return _try_extend_torch(buffer, data)
         key = buffer.priority_key
@@ -255,12 +312,18 @@ def try_extend(buffer, data) -> torch.Tensor | None:
             return None  # a priority the storage does not hold as a float column: the full path
         else:
             block[_PRIORITY] = 0  # none: the max priority, as on_write
-        values = plan.views.get(n)
-        if values is None:
-            values = plan.values(n)
-        if not lib.rb_extend_prepare(plan.address):
-            return None  # a bad priority: nothing changed, the full path raises
-        values.pow_(sampler.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
+        if n == 1 and plan.libm_pow:  # one row: the transform in C, as torch's scalar path computes it
+            block[_DO_POW] = 1
+            if not lib.rb_extend_prepare(plan.address):
+                return None  # a bad priority: nothing changed, the full path raises
+        else:
+            block[_DO_POW] = 0
+            values = plan.views.get(n)
+            if values is None:
+                values = plan.values(n)
+            if not lib.rb_extend_prepare(plan.address):
+                return None  # a bad priority: nothing changed, the full path raises
+            values.pow_(sampler.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
         if lib.rb_extend(plan.address):
             return None  # a transform overflowed (nothing written): the full path raises
         sum_tree._stale = sum_tree._stale or sum_tree.has_shadow  # mark_stale(), inlined

@@ -1273,8 +1273,8 @@ def render(report: dict) -> str:
     if {"save", "load"} & set(ops):
         lines += ["", "`save`/`load` are not like for like: rbcheck's keep a sha256 of the tensor file "
                   "checked before anything changes, refuse damaged or short files, fsync every file "
-                  "and commit by an atomic rename; TorchRL's, tianshou's and stable-baselines3's keep "
-                  "none of these (docs/findings.md, \"Checkpoint guarantees side by side\")."]
+                  "and commit by an atomic rename; TorchRL's, tianshou's and stable-baselines3's (and "
+                  "RLlib's state pickled to a file, where it is timed) keep none of these (docs/findings.md, \"Checkpoint guarantees side by side\")."]
     costs = report.get("checkpoint_costs")
     if costs:
         keys = list(dict.fromkeys(k for c in costs for k in c["parts"]))

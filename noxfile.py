@@ -287,7 +287,7 @@ def bench(session: nox.Session) -> None:
     # object per row: 2^18 rows (filling 2^20 takes over ten minutes per buffer here).
     session.env.setdefault("JAX_PLATFORMS", "cpu")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "flashbax",
+    session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "flashbax,flashbax-flat",
                 "--out", "reports/peers.flashbax.json")
     session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "rllib", "--capacity", "262144",
                 "--out", "reports/peers.rllib.json")

@@ -712,6 +712,7 @@ class Flashbax(Peer):
 
     name, dist = "flashbax", "flashbax"
     weight_norm = "batch_max"
+    flat = False
     unsupported = {op: "no checkpoint of its own: the state is a pytree the user saves with their own "
                        "tools (Vault stores experience, not the buffer's state)" for op in ("save", "load")}
 
@@ -734,7 +735,10 @@ class Flashbax(Peer):
         import jax
         import jax.numpy as jnp
 
-        if prioritized:
+        if self.flat:
+            buffer = fbx.make_flat_buffer(max_length=capacity, min_length=2, sample_batch_size=batch,
+                                          add_sequences=True)
+        elif prioritized:
             buffer = fbx.make_prioritised_item_buffer(max_length=capacity, min_length=1, sample_batch_size=batch,
                                                       add_sequences=True, priority_exponent=ALPHA, device="cpu")
         else:
@@ -748,6 +752,8 @@ class Flashbax(Peer):
         def sample(state, key):
             key, sub = jax.random.split(key)
             out = buffer.sample(state, sub)
+            if self.flat:  # transition pairs (row i, row i + 1): the rows are the first
+                return out.experience.first, None, None, key
             if not prioritized:
                 return out.experience, None, None, key
             size = jnp.where(state.is_full, capacity, state.current_index)
@@ -821,6 +827,15 @@ class Flashbax(Peer):
         return {k: np.asarray(exp[k][0])[slots] for k in ("obs", "action", "reward")}
 
 
+class FlashbaxFlat(Flashbax):
+    """flashbax's ``make_flat_buffer`` (uniform only), driven like :class:`Flashbax`: its sample
+    is a batch of transition pairs (row i, row i + 1, never across the write head); the rows
+    checked are the pairs' first rows, and the timed sample returns both."""
+
+    name = "flashbax-flat"
+    flat, has_prioritized = True, False
+
+
 class NotInstalled(Peer):
     """A peer whose library is not installed here: listed with the reason."""
 
@@ -836,7 +851,7 @@ class NotInstalled(Peer):
 
 
 def all_peers() -> list[Peer]:
-    return [TorchRL(), Cpprb(), Tianshou(), SB3(), Flashbax(), RLlib()]
+    return [TorchRL(), Cpprb(), Tianshou(), SB3(), Flashbax(), RLlib(), FlashbaxFlat()]
 
 
 # --- checks of every peer before timing ------------------------------------------------------

@@ -199,7 +199,8 @@ def test_parts_from_other_environments_are_merged_into_the_table(tmp_path):
     assert (tmp_path / "peers.md").read_text() == text
 
 
-@pytest.mark.parametrize("peer, module", [(P.Flashbax, "flashbax"), (P.RLlib, "ray.rllib.utils.replay_buffers")])
+@pytest.mark.parametrize("peer, module", [(P.Flashbax, "flashbax"), (P.FlashbaxFlat, "flashbax"),
+                                          (P.RLlib, "ray.rllib.utils.replay_buffers")])
 def test_library_drivers_pass_every_check_at_a_small_size(peer, module):
     """The RLlib and flashbax drivers (each library in its own dependency group: skipped here
     when it is not installed) answer every check and get a number for each operation they have."""

@@ -236,6 +236,7 @@ def thirdparty(session: nox.Session) -> None:
     library with an environment of its own ran first, in it: thirdparty_env);
     the tests session skips them (the libraries are not installed there)."""
     install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)  # torchrl: its checkpoint guarantees
+    ensure_torchrl_extension(session)  # test_torchrl_bugs.py runs TorchRL's PrioritizedSampler
     session.env.setdefault("RBCHECK_PROFILE", "ci")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # RLlib's repros: nothing leaves the machine
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)

@@ -18,7 +18,7 @@
 #   4. python -m bench.gpu_bench (2^24 and 2^20; JSON and markdown);
 #   5. pytest rbcheck/conformance --impl triton --rbcheck-device cuda (ci profile).
 # Budgets (seconds) add up to about 6 minutes: override with GPU_CHECK_BUDGETS
-# ("setup tests bench conformance", default "90 100 170 100").
+# ("setup tests bench conformance", default "60 90 150 80").
 set -u
 cd "$(dirname "$0")/.."
 WHEELS="tensordict==0.14.3 orjson pyvers importlib_metadata zipp lazy-importer"
@@ -35,7 +35,7 @@ mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
 SUMMARY="$OUT/gpu_check.md"
 : >"$LOG"
-read -r B_SETUP B_TESTS B_BENCH B_CONF <<<"${GPU_CHECK_BUDGETS:-90 100 170 100}"
+read -r B_SETUP B_TESTS B_BENCH B_CONF <<<"${GPU_CHECK_BUDGETS:-60 90 150 80}"
 PY="${PYTHON:-python3}"
 export PY WHEELS PYTHONUNBUFFERED=1 RBCHECK_PROFILE=ci
 STATUS=0
@@ -60,11 +60,18 @@ step() {  # step NAME BUDGET COMMAND...: run with a time limit, log, record
 setup() {
     echo "--- environment"
     command -v "$PY"
-    "$PY" --version
     nvidia-smi -L 2>&1 | head -4
-    "$PY" -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), \
-torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || return 1
-    "$PY" -c "import triton; print('triton', triton.__version__)" || echo "triton does not import"
+    "$PY" - <<'PYEOF' || return 1
+import importlib, platform
+import torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+for name in ("triton", "tensordict", "safetensors", "hypothesis", "pytest", "scipy", "numpy"):
+    try:
+        print(name, getattr(importlib.import_module(name), "__version__", "?"))
+    except Exception as error:
+        print("missing:", name, type(error).__name__, error)
+PYEOF
     echo "--- dependencies"
     if ! "$PY" -c "import tensordict" 2>/dev/null; then
         if compgen -G ".whl/*.whl" >/dev/null; then
@@ -75,11 +82,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || return 1
                 --target /tmp/gpu_check_site $WHEELS || echo "no index answered and no .whl/"
         fi
     fi
-    for m in safetensors hypothesis pytest scipy numpy; do
-        "$PY" -c "import $m" 2>/dev/null || echo "missing: $m"
-    done
-    if "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/gpu_check_pip.txt 2>&1 \
-            && "$PY" -c "import rbcheck.variants" 2>/dev/null; then
+    if "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/gpu_check_pip.txt 2>&1; then
         echo "rbcheck installed (editable, no dependencies)"
     else
         cat /tmp/gpu_check_pip.txt
@@ -92,7 +95,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else '')" || return 1
 print('rbcheck imports; triton kernels:', t.UNAVAILABLE or 'available'); print('tensordict', tensordict.__version__)"
 }
 
-export PYTHONPATH="/tmp/gpu_check_site:/tmp/gpu_check_shim${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="/tmp/gpu_check_shim${PYTHONPATH:+:$PYTHONPATH}:/tmp/gpu_check_site"  # the machine's own packages first
 export -f setup
 step setup "$B_SETUP" bash -c setup
 step tests "$B_TESTS" "$PY" -m pytest tests/variants/test_triton.py tests/variants/test_cuda.py \

@@ -2,7 +2,7 @@
 
     python -m bench.peers [--runs 3] [--capacity 1048576] [--widths 8,64] [--reps 15]
                           [--budget 4] [--peers torchrl,cpprb,...] [--out reports/peers.json]
-    python -m bench.peers --render [reports/peers.json] [-o docs/results/peers.md]
+    python -m bench.peers --render [reports/peers.json [PART.json ...]] [-o docs/results/peers.md]
 
 What it times, at one capacity (2^20 by default) with ``obs`` float32[w] for
 each width (8 and 64), ``action`` float32[2] and ``reward`` float32[1]:
@@ -12,8 +12,16 @@ then against rbcheck's uniform buffer), uniform ``sample`` and prioritized
 ``sample`` of 4096 rows, ``update_priority`` of 4096 slots, and ``save`` and
 ``load`` of the full uniform buffer. The peers are TorchRL (its prioritized
 sampler only where its C++ extension loads), cpprb, tianshou,
-stable-baselines3, and flashbax and RLlib when installed; a peer or an
-operation that cannot run is listed with the reason, never dropped silently.
+stable-baselines3, flashbax (its item buffers on JAX's CPU backend) and
+RLlib (its old-stack buffers); a peer or an operation that cannot run is
+listed with the reason, never dropped silently.
+
+A peer whose library has its own dependency group and cannot share the
+environment of the others (RLlib, flashbax) runs where it is installed, with
+rbcheck timed in that same process: ``python -m bench.peers --peers rllib
+--out reports/peers.rllib.json`` in that environment. ``--render`` merges
+those parts (``reports/peers.NAME.json``) into the main report's table and
+says where and when each part ran.
 
 How:
 
@@ -32,7 +40,10 @@ How:
   restores every row. A failed check stops the run: a wrong answer gets no
   number.
 * Timing: every operation of every peer once per repetition, round-robin in
-  one process, so machine noise hits all alike; a (peer, operation) cell
+  one process, so machine noise hits all alike, in a new (seeded) order each
+  repetition, so that no cell always follows the same one (a small call timed
+  right after a similar one finds warm caches, after a large one cold caches:
+  a fixed order favoured some peers by their position); a (peer, operation) cell
   whose calls have used up ``--budget`` seconds stops after 3 repetitions.
   ``--runs`` repeats the whole timing pass on the same buffers. One torch
   thread (env ``RBCHECK_BENCH_THREADS``, default 1 here).
@@ -51,6 +62,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -599,6 +611,216 @@ class SB3(Peer):
         return load_from_pkl(Path(path) / "replay_buffer.pkl")
 
 
+class RLlib(Peer):
+    """RLlib's old-stack ``ReplayBuffer`` / ``PrioritizedReplayBuffer`` (ray[rllib]; each row one
+    stored ``SampleBatch``, ``storage_unit="timesteps"``; pure-Python sum/min trees over a list of
+    floats). ``add`` gives every new row the largest priority so far (prioritized_replay_buffer.py:
+    77-81): ``extend`` with the rows' own priorities is ``add`` then ``update_priorities`` of their
+    slots. It takes no eps (stores ``p ** alpha``: within the checks' tolerance of
+    ``(p + 1e-8) ** alpha`` for these priorities). ``save``/``load``: its checkpoint state,
+    ``get_state()`` pickled to a file and ``set_state`` of the unpickled dict on a new buffer (what
+    an old-stack Algorithm checkpoint with ``store_buffer_in_checkpoints`` holds); RLlib has no file
+    format of its own."""
+
+    name, dist = "rllib", "ray"
+
+    def unavailable(self):
+        try:
+            importlib.import_module("ray.rllib.utils.replay_buffers")
+        except ImportError as err:
+            return f"not installed ({err}; the 'rllib' dependency group)"
+        return None
+
+    def _new(self, capacity, prioritized):
+        from ray.rllib.utils.replay_buffers import PrioritizedReplayBuffer, ReplayBuffer
+
+        return Held(PrioritizedReplayBuffer(capacity, storage_unit="timesteps", alpha=ALPHA) if prioritized
+                    else ReplayBuffer(capacity, storage_unit="timesteps"), prioritized)
+
+    def build(self, capacity, width, prioritized, chunk=1 << 16):
+        random.seed(0)  # RLlib draws from Python's global `random` and takes no seed
+        buf = self._new(capacity, prioritized)
+        for start in range(0, capacity, chunk):
+            self.extend(buf, self.prepare(make_rows(start, min(chunk, capacity - start), width), prioritized))
+        return buf
+
+    def prepare(self, rows, prioritized):
+        from ray.rllib.policy.sample_batch import SampleBatch
+
+        batch = SampleBatch({"obs": rows.obs, "action": rows.action, "reward": rows.reward})
+        return batch, (rows.priority if prioritized else None)
+
+    def extend(self, buf, prepared):
+        batch, priority = prepared
+        first = buf.rb._next_idx
+        buf.rb.add(batch)
+        if priority is not None:
+            slots = (first + np.arange(len(priority))) % buf.rb.capacity
+            buf.rb.update_priorities(slots, priority)
+
+    def sample(self, buf, batch):
+        if buf.prioritized:
+            out = buf.rb.sample(batch, beta=BETA)
+            return {"obs": out["obs"], "action": out["action"], "reward": out["reward"],
+                    "index": out["batch_indexes"], "weight": out["weights"]}
+        out = buf.rb.sample(batch)  # returns no indices: the rows carry their row number
+        return {"obs": out["obs"], "action": out["action"], "reward": out["reward"]}
+
+    def update_priority(self, buf, index, priority):
+        buf.rb.update_priorities(index, priority)
+
+    def priority_at(self, buf, slots):
+        tree = buf.rb._it_sum  # leaves: value[capacity:] (rllib/execution/segment_tree.py)
+        return np.array([tree.value[tree.capacity + int(s)] for s in slots], dtype=np.float64)
+
+    def rows_at(self, buf, slots):
+        storage = buf.rb._storage
+        return {k: np.concatenate([storage[int(s)][k] for s in slots]) for k in ("obs", "action", "reward")}
+
+    def save(self, buf, path):
+        import pickle
+
+        Path(path).mkdir(parents=True, exist_ok=True)
+        with open(Path(path) / "buffer.pkl", "wb") as f:
+            pickle.dump(buf.rb.get_state(), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def new_target(self, buf, capacity):
+        return self._new(capacity, buf.prioritized)
+
+    def load(self, target, path):
+        import pickle
+
+        with open(Path(path) / "buffer.pkl", "rb") as f:
+            target.rb.set_state(pickle.load(f))
+        return target
+
+
+class Flashbax(Peer):
+    """flashbax's item buffers, ``make_item_buffer`` / ``make_prioritised_item_buffer``
+    (``add_sequences=True``: an ``extend`` of n rows is one ``add``), on JAX's CPU backend, driven
+    as its README does: ``add`` and ``set_priorities`` jitted with the state donated, ``sample``
+    jitted, each call waited for (``block_until_ready``: JAX dispatches asynchronously). An item
+    buffer holds each row as one item (the flat buffer samples (row i, row i+1) pairs and its
+    prioritised tree gives the newest row priority 0 until the next add, then the largest
+    priority: no per-row priorities to compare). A new item gets the largest priority so far:
+    ``extend`` with the rows' own priorities is ``add`` then ``set_priorities`` of their slots,
+    one jitted function. flashbax returns sampling probabilities, not weights: the timed
+    ``sample`` computes ``(N P) ** -beta`` over the batch's largest (jitted with it), as its
+    users do. No eps (``p ** alpha``, within the checks' tolerance). No checkpoint of its own:
+    the state is a pytree a user saves with their own tools (``Vault`` stores experience, not
+    the buffer's state)."""
+
+    name, dist = "flashbax", "flashbax"
+    weight_norm = "batch_max"
+    unsupported = {op: "no checkpoint of its own: the state is a pytree the user saves with their own "
+                       "tools (Vault stores experience, not the buffer's state)" for op in ("save", "load")}
+
+    def unavailable(self):
+        try:
+            importlib.import_module("flashbax")
+        except ImportError as err:
+            return f"not installed ({err}; the 'flashbax' dependency group)"
+        import jax
+
+        if jax.default_backend() != "cpu":
+            return f"JAX's backend is {jax.default_backend()}, but should be cpu (JAX_PLATFORMS=cpu)"
+        return None
+
+    def version(self):
+        return f"{_version('flashbax')} (jax {_version('jax')})"
+
+    def _fns(self, capacity, batch, prioritized):
+        import flashbax as fbx
+        import jax
+        import jax.numpy as jnp
+
+        if prioritized:
+            buffer = fbx.make_prioritised_item_buffer(max_length=capacity, min_length=1, sample_batch_size=batch,
+                                                      add_sequences=True, priority_exponent=ALPHA, device="cpu")
+        else:
+            buffer = fbx.make_item_buffer(max_length=capacity, min_length=1, sample_batch_size=batch,
+                                          add_sequences=True)
+
+        def extend(state, rows, priority):
+            slots = (state.current_index + jnp.arange(priority.shape[0])) % capacity
+            return buffer.set_priorities(buffer.add(state, rows), slots, priority)
+
+        def sample(state, key):
+            key, sub = jax.random.split(key)
+            out = buffer.sample(state, sub)
+            if not prioritized:
+                return out.experience, None, None, key
+            size = jnp.where(state.is_full, capacity, state.current_index)
+            weight = (size * out.probabilities) ** -BETA
+            return out.experience, out.indices, weight / weight.max(), key
+
+        fns = {"buffer": buffer, "sample": jax.jit(sample)}
+        if prioritized:
+            fns["extend"] = jax.jit(extend, donate_argnums=0)
+            fns["set_priorities"] = jax.jit(buffer.set_priorities, donate_argnums=0)
+        else:
+            fns["extend"] = jax.jit(buffer.add, donate_argnums=0)
+        return fns
+
+    def build(self, capacity, width, prioritized, chunk=1 << 16):
+        import jax
+        import jax.numpy as jnp
+
+        fns = self._fns(capacity, 1, prioritized)  # sample functions: built per batch size (sample)
+        example = {"obs": jnp.zeros(width, jnp.float32), "action": jnp.zeros(2, jnp.float32),
+                   "reward": jnp.zeros((), jnp.float32)}
+        buf = {"fns": fns, "state": fns["buffer"].init(example), "key": jax.random.PRNGKey(0),
+               "prioritized": prioritized, "capacity": capacity, "sample": {}}
+        for start in range(0, capacity, chunk):
+            self.extend(buf, self.prepare(make_rows(start, min(chunk, capacity - start), width), prioritized))
+        return buf
+
+    def prepare(self, rows, prioritized):
+        import jax
+        import jax.numpy as jnp
+
+        data = {"obs": jnp.asarray(rows.obs), "action": jnp.asarray(rows.action), "reward": jnp.asarray(rows.reward)}
+        priority = jnp.asarray(rows.priority.astype(np.float32)) if prioritized else None
+        return jax.block_until_ready((data, priority))
+
+    def extend(self, buf, prepared):
+        import jax
+
+        data, priority = prepared
+        fn = buf["fns"]["extend"]
+        buf["state"] = jax.block_until_ready(fn(buf["state"], data, priority) if priority is not None
+                                             else fn(buf["state"], data))
+
+    def sample(self, buf, batch):
+        import jax
+
+        if batch not in buf["sample"]:  # flashbax fixes the batch size when it builds its functions
+            buf["sample"][batch] = self._fns(buf["capacity"], batch, buf["prioritized"])["sample"]
+        fn = buf["sample"][batch]
+        rows, index, weight, buf["key"] = jax.block_until_ready(fn(buf["state"], buf["key"]))
+        return {"obs": rows["obs"], "action": rows["action"], "reward": rows["reward"], "index": index,
+                "weight": weight}
+
+    def prepare_update(self, index, raw):
+        import jax.numpy as jnp
+
+        return jnp.asarray(index.astype(np.int32)), jnp.asarray(raw.astype(np.float32))
+
+    def update_priority(self, buf, index, priority):
+        import jax
+
+        buf["state"] = jax.block_until_ready(buf["fns"]["set_priorities"](buf["state"], index, priority))
+
+    def priority_at(self, buf, slots):
+        from flashbax.buffers import sum_tree
+
+        return np.asarray(sum_tree.get_batch(buf["state"].sum_tree_state, slots.astype(np.int32)), dtype=np.float64)
+
+    def rows_at(self, buf, slots):
+        exp = buf["state"].experience
+        return {k: np.asarray(exp[k][0])[slots] for k in ("obs", "action", "reward")}
+
+
 class NotInstalled(Peer):
     """A peer whose library is not installed here: listed with the reason."""
 
@@ -614,8 +836,7 @@ class NotInstalled(Peer):
 
 
 def all_peers() -> list[Peer]:
-    return [TorchRL(), Cpprb(), Tianshou(), SB3(), NotInstalled("flashbax", "flashbax", "flashbax"),
-            NotInstalled("rllib", "ray", "ray.rllib")]
+    return [TorchRL(), Cpprb(), Tianshou(), SB3(), Flashbax(), RLlib()]
 
 
 # --- checks of every peer before timing ------------------------------------------------------
@@ -787,7 +1008,11 @@ def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -
         spent = dict.fromkeys(cells, 0.0)
         t_run = time.perf_counter()
         for rep in range(reps):
-            for key, fn in cells.items():
+            order = list(cells.items())
+            # a new order each repetition: the call before a cell is any other cell alike, so no
+            # peer is always timed after a similar call (warm caches) or after a large one (cold)
+            random.Random(f"{run}/{rep}").shuffle(order)
+            for key, fn in order:
                 if rep >= MIN_REPS and spent[key] > budget_s:
                     continue
                 gc.disable()
@@ -831,8 +1056,9 @@ def _git_commit() -> str:
 
 
 def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_s: float, runs: int,
-        log=print, extend_sizes=EXTEND_SIZES) -> dict:
-    """Check and time ``peers`` (rbcheck's baseline added first); the report as a dict."""
+        log=print, extend_sizes=EXTEND_SIZES, only=None) -> dict:
+    """Check and time ``peers`` (rbcheck's baseline added first); the report as a dict.
+    ``only``: time these operations only (every check still runs)."""
     load0 = os.getloadavg()[0]
     base = Rbcheck()
     status, usable = {}, [base]
@@ -847,6 +1073,8 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
     results, checks = [], 0
     for width in widths:
         bench = Bench(usable, capacity, width, batch, log, extend_sizes)
+        if only:
+            bench.ops = tuple(op for op in bench.ops if op in only)
         try:
             checks += bench.checks
             results += time_width(bench, reps, budget_s, runs, log)
@@ -883,40 +1111,44 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
 
 
 def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dict:
-    """Median seconds of the parts of rbcheck's ``save``/``load`` of a full uniform buffer
-    (the reference's checkpoint code, which the variant uses) and of what could replace
-    them: the integrity hash (sha256, what it uses, against blake2b and sha512), the fsyncs,
-    the copies (``state_dict``'s clone out of the interleaved rows, safetensors' encode and
-    decode, the staged clone of a load and ``repack``'s copy back into rows), and TorchRL's
+    """Median seconds, wall and CPU (``process_time``: every thread of the process; on a shared
+    machine the wall time is mostly waiting), of rbcheck's ``save``/``load`` of a full uniform
+    buffer and of their parts, side by side with what they replaced and what bounds them: the
+    integrity hash (sha256, what it uses, against blake2b, sha512 and zlib's crc32, a
+    checksum, not a hash), writing the tensor file with and without its fsync, reading it
+    into new memory, the load's ``load_state_dict`` (adopting the read columns and moving
+    them into the rows), the reference's path (what the variant used before it streamed:
+    ``state_dict``'s clone, safetensors' bytes, the staged clone), and TorchRL's
     ``dumps``/``loads`` of the same rows when TorchRL imports."""
     import hashlib
+    import zlib
 
-    from safetensors.torch import load as load_tensors
+    from rbcheck.reference import checkpoint as ref_checkpoint
+    from rbcheck.variants import checkpoint_stream
 
-    from rbcheck.reference import checkpoint_format as fmt
-
-    def med(fn):
-        times = []
+    def med(fn, before=None):
+        walls, cpus = [], []
         for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
+            arg = before() if before else None
+            t, c = time.perf_counter(), time.process_time()
+            fn(arg) if before else fn()
+            walls.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
+        return [statistics.median(walls), statistics.median(cpus)]
 
     base = Rbcheck()
     buf = base.build(capacity, width, False)
     tmp = Path(tempfile.mkdtemp(prefix="rbcheck-peers-costs-"))
     try:
-        state = buf.state_dict()
-        _, blob = fmt.encode(state)
-        out = {"bytes": len(blob), "width": width, "capacity": capacity}
-        out["save"] = med(lambda: buf.dumps(tmp / "ckpt"))
+        buf.dumps(tmp / "ckpt")
+        blob = (ref_checkpoint.live_dir(tmp / "ckpt") / ref_checkpoint.TENSORS).read_bytes()
+        parts = {}
+        parts["save"] = med(lambda: buf.dumps(tmp / "ckpt"))
         target = base.new_target(buf, capacity)
-        out["load"] = med(lambda: target.loads(tmp / "ckpt"))
-        out["state_dict (clone out of the rows)"] = med(buf.state_dict)
-        out["encode (safetensors + sha256 + JSON)"] = med(lambda: fmt.encode(state))
+        parts["load"] = med(lambda: target.loads(tmp / "ckpt"))
         for name in ("sha256", "blake2b", "sha512"):
-            out[f"hash {name}"] = med(lambda name=name: hashlib.new(name, blob).digest())
+            parts[f"hash {name}"] = med(lambda name=name: hashlib.new(name, blob).digest())
+        parts["crc32 (zlib)"] = med(lambda: zlib.crc32(blob))
         data_file = tmp / "blob"
 
         def write(sync: bool):
@@ -926,30 +1158,38 @@ def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dic
                 if sync:
                     os.fsync(f.fileno())
 
-        out["write (no fsync)"] = med(lambda: write(False))
-        out["write + fsync"] = med(lambda: write(True))
-        raw = data_file.read_bytes()
-        out["read the file"] = med(data_file.read_bytes)
-        out["decode (safetensors load)"] = med(lambda: load_tensors(raw))
-        loaded = fmt.decode(*fmt.encode(state))
-        staged = base.new_target(buf, capacity)
-        out["load_state_dict (staged clone)"] = med(lambda: staged.storage.load_state_dict(
-            loaded["storage"], capacity))
-        out["repack (copy into rows)"] = med(lambda: (staged.storage.load_state_dict(
-            loaded["storage"], capacity), staged.storage.repack())) - out["load_state_dict (staged clone)"]
+        parts["write the tensor file (no fsync)"] = med(lambda: write(False))
+        parts["write + fsync"] = med(lambda: write(True))
+
+        def read_fresh():
+            tensor_file = ref_checkpoint.live_dir(tmp / "ckpt") / ref_checkpoint.TENSORS  # each save makes a new one
+            handle, size = ref_checkpoint.open_regular(tensor_file, 1 << 62)
+            with handle:
+                out = torch.empty(size, dtype=torch.uint8)
+                view, got = memoryview(out.numpy()), 0
+                while got < size:
+                    got += handle.readinto(view[got:got + checkpoint_stream.CHUNK]) or size
+            return out
+
+        parts["read into new memory (no hash)"] = med(read_fresh)
+        parts["read into new memory + sha256 (worker thread)"] = med(lambda: checkpoint_stream.read(tmp / "ckpt"))
+        parts["load_state_dict (adopt, then into the rows)"] = med(
+            target.load_state_dict, before=lambda: checkpoint_stream.read(tmp / "ckpt"))
+        parts["save by the reference's path (before)"] = med(lambda: ref_checkpoint.save_checkpoint(buf, tmp / "ref"))
+        parts["load by the reference's path (before)"] = med(lambda: ref_checkpoint.load_checkpoint(target, tmp / "ref"))
         try:
             trl = TorchRL()
             if trl.unavailable() is None:
                 rb = trl.build(capacity, width, False)
-                out["torchrl dumps"] = med(lambda: rb.dumps(tmp / "trl"))
+                parts["torchrl dumps"] = med(lambda: rb.dumps(tmp / "trl"))
                 trl_target = trl.new_target(rb, capacity)
-                out["torchrl loads"] = med(lambda: trl_target.loads(tmp / "trl"))
+                parts["torchrl loads"] = med(lambda: trl_target.loads(tmp / "trl"))
                 del rb, trl_target
         except ImportError as err:
             log(f"TorchRL not timed: {err}")
-        log(f"checkpoint costs, width {width}: " + ", ".join(
-            f"{k} {v * 1e3:.0f} ms" for k, v in out.items() if isinstance(v, float)))
-        return out
+        log(f"checkpoint costs, width {width} (wall/CPU ms): " + ", ".join(
+            f"{k} {w * 1e3:.0f}/{c * 1e3:.0f}" for k, (w, c) in parts.items()))
+        return {"bytes": len(blob), "width": width, "capacity": capacity, "parts": parts}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -999,6 +1239,16 @@ def render(report: dict) -> str:
         f"{machine['load_average'][1]}, torch {machine['torch']} with {machine['torch_threads']} "
         "thread(s).",
         "",
+        *[line for m in report.get("remeasured", []) for line in (
+            f"{', '.join(label(op) for op in m['ops'])}: re-measured on {m['date']} at commit {m['commit']} "
+            f"({m['runs']} run(s), load average {m['load_average'][0]} to {m['load_average'][1]}, "
+            f"{m['checks_passed']} checks passed); the other rows are from the run above.", "")],
+        *[line for part in report.get("parts", []) for line in (
+            f"{', '.join(part['peers'])}: timed in an environment of its own (`{part['file']}`, "
+            f"merged by `--render`), side by side with rbcheck in that process, on {part['date']} at "
+            f"commit {part['commit']}: capacity {part['sizes']['capacity']}, {part['sizes']['runs']} "
+            f"run(s), load average {part['load_average'][0]} to {part['load_average'][1]}, torch "
+            f"{part['torch']}, {part['checks_passed']} checks passed.", "")],
         "| peer | version | timed |",
         "|---|---|---|",
     ]
@@ -1009,7 +1259,8 @@ def render(report: dict) -> str:
             for op, why in s["ops_skipped"].items():
                 how += f"; no {label(op)}: {_short(why)}"
         lines.append(f"| {name} | {s['version']} | {how} |")
-    for width in sizes["widths"]:
+    widths = sorted(set(sizes["widths"]) | {w for part in report.get("parts", []) for w in part["sizes"]["widths"]})
+    for width in widths:
         lines += ["", f"## `obs` width {width}", "", "| operation | " + " | ".join(names) + " |",
                   "|---|" + "---|" * len(names)]
         for op in ops:
@@ -1019,18 +1270,26 @@ def render(report: dict) -> str:
                 cells.append(f"{_fmt([r['ratio_median'] for r in rs])} ({_fmt([r['ratio_min'] for r in rs])})"
                              if rs else "—")
             lines.append(f"| {label(op)} | " + " | ".join(cells) + " |")
+    if {"save", "load"} & set(ops):
+        lines += ["", "`save`/`load` are not like for like: rbcheck's keep a sha256 of the tensor file "
+                  "checked before anything changes, refuse damaged or short files, fsync every file "
+                  "and commit by an atomic rename; TorchRL's, tianshou's and stable-baselines3's keep "
+                  "none of these (docs/findings.md, \"Checkpoint guarantees side by side\")."]
     costs = report.get("checkpoint_costs")
     if costs:
-        keys = [k for k in costs[0] if k not in ("bytes", "width", "capacity")]
+        keys = list(dict.fromkeys(k for c in costs for k in c["parts"]))
         lines += ["", "## What rbcheck's `save` and `load` spend", "",
                   f"`python -m bench.peers --costs`: median milliseconds of each part for the full "
-                  f"uniform buffer (load average {report.get('checkpoint_costs_load_average')}); "
-                  "the hashes run over the whole tensor file.", "",
+                  f"uniform buffer, wall time then (in brackets) CPU time of all the process's threads "
+                  f"(load average {report.get('checkpoint_costs_load_average')}; on a shared machine "
+                  "the wall time is mostly waiting for a core); the hashes run over the whole tensor "
+                  "file.", "",
                   "| part | " + " | ".join(f"width {c['width']} ({c['bytes'] / 2**20:.0f} MiB)" for c in costs)
                   + " |", "|---|" + "---|" * len(costs)]
         for key in keys:
             lines.append(f"| {key} | " + " | ".join(
-                f"{c[key] * 1e3:.0f}" if key in c else "—" for c in costs) + " |")
+                f"{c['parts'][key][0] * 1e3:.0f} ({c['parts'][key][1] * 1e3:.0f})" if key in c["parts"] else "—"
+                for c in costs) + " |")
     base = [b for b in report["baselines"] if b["run"] == 0 and b["impl"] == BASE]
     if base:
         lines += ["", "rbcheck's own median times in the first run (microseconds; absolute times on a "
@@ -1044,10 +1303,61 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(report: dict, new: dict, ops) -> dict:
+    """``report`` with the rows of ``ops`` replaced by those of ``new`` (a run of those only),
+    and the re-measurement recorded (``remeasured``: what, when, at which commit)."""
+    ops = list(ops)
+    for key in ("ratios", "baselines"):
+        report[key] = [r for r in report[key] if r["op"] not in ops] + new[key]
+    report["remeasured"] = [m for m in report.get("remeasured", []) if not set(m["ops"]) <= set(ops)]  # all replaced
+    report["remeasured"].append(
+        {"ops": ops, "date": new["date"], "commit": new["commit"], "runs": new["sizes"]["runs"],
+         "load_average": new["machine"]["load_average"], "checks_passed": new["checks_passed"]})
+    return report
+
+
+def part_paths(main: Path = DEFAULT_OUT) -> list[Path]:
+    """The per-environment parts next to the main report: ``peers.<name>.json`` (a peer whose
+    library cannot share an environment with the others, run there with ``--peers NAME --out
+    reports/peers.NAME.json``)."""
+    return sorted(main.parent.glob(f"{main.stem}.*.json"))
+
+
+def merge_parts(report: dict, parts: list[tuple[str, dict]]) -> dict:
+    """``report`` with the peers each part timed (in its own environment, against rbcheck timed in
+    that same process) put in: their status, their ratios (replacing any for those peers), and a
+    note of where and when each part ran (``parts``)."""
+    report = json.loads(json.dumps(report))
+    for file, part in parts:
+        timed = [name for name, s in part["peers"].items() if s["skipped"] is None]
+        if not timed:
+            raise ValueError(f"{file}: timed no peer, but a part should time at least one "
+                             f"(skipped: {part['peers']})")
+        for name in timed:
+            report["peers"][name] = part["peers"][name]
+        report["ratios"] = [r for r in report["ratios"] if r["peer"] not in timed] + \
+            [r for r in part["ratios"] if r["peer"] in timed]
+        report.setdefault("parts", []).append(
+            {"file": file, "peers": timed, "date": part["date"], "commit": part["commit"],
+             "sizes": part["sizes"], "load_average": part["machine"]["load_average"],
+             "torch": part["machine"]["torch"], "checks_passed": part["checks_passed"],
+             "baselines": part["baselines"]})
+    return report
+
+
+def load_report(main: Path = DEFAULT_OUT, parts: list[Path] | None = None) -> dict:
+    """The report at ``main`` merged with its parts (default: :func:`part_paths`)."""
+    parts = part_paths(main) if parts is None else parts
+    return merge_parts(json.loads(Path(main).read_text()),
+                       [(f"{Path(p).parent.name}/{Path(p).name}", json.loads(Path(p).read_text())) for p in parts])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--render", nargs="?", const=str(DEFAULT_OUT), default=None, metavar="JSON",
-                        help="write the markdown table of a report (default reports/peers.json) to -o")
+    parser.add_argument("--render", nargs="*", default=None, metavar="JSON",
+                        help="write the markdown table of a report (default reports/peers.json, merged "
+                             "with the parts run in other environments, reports/peers.NAME.json; or "
+                             "the main report then its parts, as given) to -o")
     parser.add_argument("-o", "--output", default=str(DEFAULT_DOC), help="the table's path (with --render)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="the report's path")
     parser.add_argument("--capacity", type=int, default=CAPACITY)
@@ -1061,13 +1371,17 @@ def main(argv=None) -> int:
                              f"(after {MIN_REPS} repetitions)")
     parser.add_argument("--runs", type=int, default=3, help="timing runs over the same buffers")
     parser.add_argument("--peers", default=None, help="comma-separated subset of the peers")
+    parser.add_argument("--ops", default=None,
+                        help="time only these operations (comma-separated; every check still runs) and "
+                             "replace their rows in the report at --out, keeping the others")
     parser.add_argument("--costs", action="store_true",
                         help="instead of the side-by-side run: time the parts of rbcheck's save and "
                              "load (hashes, fsync, copies) and TorchRL's dumps/loads, for each width, "
                              "into the report at --out (which must exist)")
     args = parser.parse_args(argv)
     if args.render is not None:
-        report = json.loads(Path(args.render).read_text())
+        paths = args.render or [str(DEFAULT_OUT)]
+        report = load_report(Path(paths[0]), [Path(x) for x in paths[1:]] if len(paths) > 1 else None)
         Path(args.output).write_text(render(report))
         print(f"wrote {args.output}")
         return 0
@@ -1094,8 +1408,15 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"--peers={args.peers}, but should name some of {[p.name for p in peers]}")
         peers = [p for p in peers if p.name in wanted]
+    only = None
+    if args.ops:
+        only = args.ops.split(",")
+        if not set(only) <= set(ops_for(extend_sizes)):
+            parser.error(f"--ops={args.ops}, but should name some of {list(ops_for(extend_sizes))}")
     report = run(peers, args.capacity, widths, args.batch, args.reps, args.budget, args.runs,
-                 extend_sizes=extend_sizes)
+                 extend_sizes=extend_sizes, only=only)
+    if only and Path(args.out).exists():
+        report = merge(json.loads(Path(args.out).read_text()), report, only)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(render(report))

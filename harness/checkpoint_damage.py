@@ -12,6 +12,7 @@ import pickle
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["FS_EVENTS", "FAULTS", "files_under", "dirs_under", "count_items", "outside_state",
-           "interrupted_save"]
+           "interrupted_save", "interrupted_save_here"]
 
 #: Audit events that change (or open) files: the "filesystem operations" of a save.
 FS_EVENTS = frozenset({
@@ -166,7 +167,13 @@ def interrupted_save(buf, path: Path, at: int, kill: bool) -> str:
     """Save ``buf`` to ``path`` in a forked child that is SIGKILLed (or whose
     operation raises OSError) at its ``at``-th filesystem operation.
     Returns "completed", "interrupted", "hung" or "failed before any
-    injected fault" (the save raised on its own in the child)."""
+    injected fault" (the save raised on its own in the child).
+
+    Once CUDA is initialised in this process a forked child cannot use it
+    (CUDA does not survive fork), so the save runs here instead
+    (:func:`interrupted_save_here`), with the same outcomes but "hung"."""
+    if torch.cuda.is_initialized():
+        return interrupted_save_here(buf, path, at, kill)
     pid = os.fork()
     if pid == 0:  # the child: never returns
         code = 0
@@ -197,3 +204,59 @@ def interrupted_save(buf, path: Path, at: int, kill: bool) -> str:
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 4):
         return {0: "completed", 4: "failed before any injected fault"}[os.WEXITSTATUS(status)]
     return "interrupted"
+
+
+class _Killed(BaseException):
+    """Stops a save run in this process at the injected kill."""
+
+
+_INSTALLED: list[bool] = []
+
+
+def interrupted_save_here(buf, path: Path, at: int, kill: bool) -> str:
+    """:func:`interrupted_save` without a fork. ``kill``: at the ``at``-th
+    filesystem operation the folder that holds ``path`` is copied as it is
+    on disk at that moment (what a SIGKILL leaves: data still in the save's
+    own buffers is not there), the save is stopped, and once it has
+    returned the folder is put back exactly as copied, undoing whatever the
+    save's error handling did after the kill. Otherwise the operation raises
+    OSError and the save's own handling of it is what stays."""
+    folder = path.parent
+    snapshot = Path(tempfile.mkdtemp(prefix="rbcheck-kill-"))
+
+    def act():
+        _HOOK["fired"] = True
+        if kill:
+            shutil.copytree(folder, snapshot / "folder", symlinks=True)
+            raise _Killed()
+        raise OSError(28, f"injected failure at filesystem operation {at}")
+
+    if not _INSTALLED:  # an audit hook cannot be removed: install one, arm it per save
+        sys.addaudithook(_audit)
+        _INSTALLED.append(True)
+    _HOOK.update(armed=False, count=0, at=at, action=act, fired=False)
+    try:
+        _HOOK["armed"] = True
+        try:
+            buf.save(path)
+            outcome = "completed" if _HOOK["count"] < at else "interrupted"
+        except BaseException:  # noqa: BLE001 - the injected fault, its consequence, or the save's own error
+            if not _HOOK["fired"]:
+                return "failed before any injected fault"
+            outcome = "interrupted"
+        finally:
+            _HOOK["armed"] = False
+        if kill and _HOOK["fired"]:
+            for entry in list(folder.iterdir()):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            for entry in (snapshot / "folder").iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, folder / entry.name, symlinks=True)
+                else:
+                    shutil.copy2(entry, folder / entry.name, follow_symlinks=False)
+        return outcome
+    finally:
+        shutil.rmtree(snapshot, ignore_errors=True)

@@ -124,6 +124,9 @@ PRIORITY_DTYPES = (torch.float64, torch.float32)
 #: What an n-step buffer's capacity counts: env steps (spec) or rows whose
 #: window is complete (a step enters the ring only once it is; cpprb's Nstep).
 NSTEP_RINGS = ("steps", "completed_windows")
+CAPACITY_COUNTS = ("rows", "complete_transitions")
+TERMINAL_NEXT_OBS = ("final", "zeros")
+EVICTIONS = ("ring", "whole_episodes")
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,29 @@ class Conventions:
       last ``capacity`` such steps and its window may reach steps written
       after the ring's newest; requires ``incomplete_windows="exclude"``).
       The windows are still checked against the oracle, over every step written.
+    * ``capacity_counts`` (capability ``"transitions"``): what the capacity
+      counts, so which env steps are held. ``"rows"`` (spec: every step is a
+      row from its write on; the last ``capacity`` written are held) or
+      ``"complete_transitions"`` (a step is held only once its transition is
+      complete: the next step of its episode has been written, or the step
+      terminated; the last step of a truncated episode never is, its final
+      observation is never handed in; the last ``capacity`` steps in the order
+      they completed are held; d3rlpy's online path). Not defined with
+      ``nstep`` (the oracle refuses the pair).
+    * ``terminal_next_obs`` (capability ``"transitions"``): a *terminated*
+      step's ``next_obs``: ``"final"`` (spec: its own final observation) or
+      ``"zeros"`` (all zeros; the buffer never had the final observation and
+      ``terminated`` keeps the learner from reading it). Truncated steps are
+      not concerned: their own final observation is required under both.
+    * ``eviction`` (capability ``"transitions"``): which rows the buffer
+      holds after a stream of steps: ``"ring"`` (spec: the last ``capacity``
+      rows written) or ``"whole_episodes"`` (an episode buffer: ``capacity``
+      counts timesteps and the oldest episodes are dropped whole, so fewer
+      rows may be held, or more while a single episode is held). Checked in
+      its own terms: the rows the buffer reports holding (``contents()["id"]``)
+      are, for each episode, a run of its newest steps; more than
+      ``capacity`` of them belong to one episode; and every sampled row is
+      one of them, with windows over the held rows.
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.
@@ -202,6 +228,9 @@ class Conventions:
     terminal_flag: str = "terminated"
     positive_priorities: bool = False
     nstep_ring: str = "steps"
+    capacity_counts: str = "rows"
+    terminal_next_obs: str = "final"
+    eviction: str = "ring"
 
     def __post_init__(self) -> None:
         choices = {
@@ -214,6 +243,9 @@ class Conventions:
             "incomplete_windows": INCOMPLETE_WINDOWS,
             "terminal_flag": TERMINAL_FLAGS,
             "nstep_ring": NSTEP_RINGS,
+            "capacity_counts": CAPACITY_COUNTS,
+            "terminal_next_obs": TERMINAL_NEXT_OBS,
+            "eviction": EVICTIONS,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)

@@ -77,10 +77,32 @@ class Stream:
             batch_size=[t * e],
         )
 
-    def held(self, capacity: int) -> TensorDict:
-        """The rows a ring of ``capacity`` rows holds at the end: the last ``capacity``."""
+    def held(self, capacity: int, counts: str = "rows") -> TensorDict:
+        """The rows a buffer of ``capacity`` holds at the end, in write order.
+
+        ``counts="rows"`` (the spec): the last ``capacity`` rows written.
+        ``counts="complete_transitions"`` (``Conventions.capacity_counts``): a
+        row is held once its transition is complete, at the write of the next
+        row of its env in the same episode, or at its own write when it
+        terminated (after that next row's predecessor, as written); the last
+        row of a truncated episode and the newest row of a running one never
+        complete. The last ``capacity`` rows in completion order are held."""
         rows = self.rows()
-        return rows[max(0, len(rows) - capacity):]
+        if counts == "rows":
+            return rows[max(0, len(rows) - capacity):]
+        if counts != "complete_transitions":
+            raise ValueError(f"counts={counts!r}, but should be 'rows' or 'complete_transitions'")
+        e, total = self.num_envs, len(rows)
+        terminated = rows["terminated"].tolist()
+        ending = (rows["terminated"] | rows["truncated"]).tolist()
+        done = []  # (the id of the write that completes the row, the row's id)
+        for r in range(total):
+            if terminated[r]:
+                done.append((r, r))
+            elif not ending[r] and r + e < total:
+                done.append((r + e, r))
+        kept = sorted(r for _, r in sorted(done)[max(0, len(done) - capacity):])
+        return rows[torch.tensor(kept, dtype=torch.long)]
 
     def describe(self) -> str:
         names = {NONE: ".", TERMINATED: "T", TRUNCATED: "t"}
@@ -126,9 +148,10 @@ def streams(draw, num_envs: int, capacity: int, truncations: bool = False) -> St
 
 
 @st.composite
-def transition_setups(draw, impl, nstep: bool, truncations: bool = False):
-    """``(spec, stream)``: several envs only where the adapter has ``env_id``."""
-    num_envs = draw(st.integers(1, 3), label="num_envs") if impl.has("env_id") else 1
+def transition_setups(draw, impl, nstep: bool, truncations: bool = False, one_env: bool = False):
+    """``(spec, stream)``: several envs only where the adapter has ``env_id``
+    (and not ``one_env``: slices need each episode's rows adjacent)."""
+    num_envs = draw(st.integers(1, 3), label="num_envs") if impl.has("env_id") and not one_env else 1
     capacity = num_envs * draw(st.integers(2, 8), label="rows per env")
     spec = BufferSpec(
         capacity=capacity, seed=draw(st.integers(0, 2**16), label="seed"), layout=LAYOUT, num_envs=num_envs,

@@ -33,6 +33,7 @@ from rbcheck.reference.arguments import as_generator, check_index, check_int
 from rbcheck.reference.checkpoint import load_checkpoint, save_checkpoint
 from rbcheck.reference.random_sampler import RandomSampler
 from rbcheck.reference.storage import TensorStorage
+from rbcheck.reference.transitions import mark_slice_ends
 from rbcheck.reference.writer import RoundRobinWriter
 
 
@@ -97,8 +98,11 @@ class ReplayBuffer:
         if batch_size is None:
             raise ValueError("batch_size=None, but should be an int >= 1 (here or in the constructor)")
         info = self.sampler.sample(self.storage, batch_size, self.generator, cursor=self.cursor)
+        slice_end = info.pop("slice_end", None)
         info["generation"] = self.writer.generation[info["index"]]
         rows = self.storage.get(info["index"])
+        if slice_end is not None and "truncated" in rows.keys():  # env steps: a slice's end breaks the trajectory
+            rows = mark_slice_ends(rows, slice_end)
         if self.transform is not None:
             rows = self.transform(rows)
         if self.pin_memory:

@@ -14,7 +14,9 @@ Contract
   ``[0, max(length - slice_len, 0)]``.
 * Returned ``index`` holds the physical slots of the slices, one after the other, each
   contiguous in write order and inside one trajectory; ``traj`` holds, per row, the trajectory's
-  rank in write order (0 = oldest). No eligible trajectory -> ValueError.
+  rank in write order (0 = oldest); ``slice_end`` is True at each slice's last row (the buffer
+  marks it truncated, ``reference.transitions.mark_slice_ends``, and drops the key). No eligible
+  trajectory -> ValueError.
 
 Cost: O(len(storage)) per sample to find the trajectories, plus O(batch_size).
 """
@@ -70,7 +72,8 @@ class SliceSampler:
         return order, start, length
 
     def sample(self, storage, batch_size: int, generator: torch.Generator, cursor: int = 0) -> dict:
-        """``{"index": int64[rows], "traj": int64[rows]}``; ``cursor`` = the writer's next slot."""
+        """``{"index": int64[rows], "traj": int64[rows], "slice_end": bool[rows]}``; ``cursor`` = the
+        writer's next slot."""
         num_slices, slice_len = self.shape(batch_size)
         check_not_empty(storage)
         order, start, length = self.trajectories(storage, cursor)
@@ -86,7 +89,9 @@ class SliceSampler:
         rows = length[traj].clamp(max=slice_len)  # slice lengths (all slice_len when strict)
         pairs = zip(first.tolist(), rows.tolist(), strict=True)
         position = torch.cat([torch.arange(f, f + r) for f, r in pairs])  # in write order
-        return {"index": order[position], "traj": traj.repeat_interleave(rows)}
+        end = torch.zeros(len(position), dtype=torch.bool)
+        end[rows.cumsum(0) - 1] = True
+        return {"index": order[position], "traj": traj.repeat_interleave(rows), "slice_end": end}
 
     def on_write(self, index, priority=None) -> None:
         """Nothing to track: trajectories are read from the data at sample time."""

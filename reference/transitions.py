@@ -28,6 +28,11 @@ at position ``t``:
   buffer that takes a timeout for a termination) a truncated row turns the
   bootstrap off too.
 
+Slices of env steps (:func:`mark_slice_ends`): a slice sampler's slice
+ends where the learner's trajectory breaks, so its last row is marked
+``truncated`` unless it is terminated (a termination keeps its flags: it
+already turns bootstrapping off); its ``next_obs`` is unchanged.
+
 Cost: building is O(N) over the N held rows (one pass links each row to the
 next row of its env); each query is O(n). Returns are summed in float64.
 """
@@ -137,4 +142,17 @@ def nstep_keys(held: TensorDictBase, cursor: int, capacity: int, index: torch.Te
     )
 
 
-__all__ = ["NStep", "Transitions", "nstep_keys", "write_order"]
+def mark_slice_ends(rows: TensorDictBase, slice_end: torch.Tensor) -> TensorDictBase:
+    """``rows`` (a slice sample of env steps) with ``truncated`` set at each
+    slice's last row (``slice_end``) that is not terminated; a new
+    TensorDict, the rows' tensors untouched."""
+    truncated = rows.get("truncated")
+    end = slice_end.to(truncated.device).reshape(truncated.shape)
+    if "terminated" in rows.keys():
+        end = end & ~rows.get("terminated").bool()
+    out = rows.copy()
+    out.set("truncated", (truncated.bool() | end).to(truncated.dtype))
+    return out
+
+
+__all__ = ["NStep", "Transitions", "mark_slice_ends", "nstep_keys", "write_order"]

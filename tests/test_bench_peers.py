@@ -154,6 +154,59 @@ def test_extends_that_would_wrap_the_ring_are_refused():
 
 
 def test_the_committed_table_is_the_render_of_the_committed_report():
-    report = json.loads((ROOT / "reports" / "peers.json").read_text())
+    report = P.load_report(ROOT / "reports" / "peers.json")  # with its parts, reports/peers.NAME.json
     committed = (ROOT / "docs" / "results" / "peers.md").read_text()
     assert committed == P.render(report), "run `python -m bench.peers --render` and commit the result"
+
+
+def test_ops_re_measures_some_rows_and_keeps_the_others():
+    report = P.run([Stub()], log=lambda line: None, **SMALL)
+    again = P.run([Stub()], log=lambda line: None, **SMALL, only=["save", "load"])
+    assert {r["op"] for r in again["ratios"]} == {"save", "load"}
+    merged = P.merge(json.loads(json.dumps(report)), again, ["save", "load"])
+    assert sorted((r["op"], r["run"]) for r in merged["ratios"]) == sorted((r["op"], r["run"]) for r in report["ratios"])
+    assert [r for r in merged["ratios"] if r["op"] == "save"] == [r for r in again["ratios"] if r["op"] == "save"]
+    assert "`save`, `load`: re-measured on" in P.render(merged)
+    assert len(P.merge(merged, again, ["save", "load"])["remeasured"]) == 1  # the replaced record goes
+
+
+def test_checkpoint_costs_time_every_part_and_render():
+    costs = P.checkpoint_costs(4096, 8, reps=1, log=lambda line: None)
+    assert {"save", "load", "hash sha256", "write + fsync", "load by the reference's path (before)"} <= set(costs["parts"])
+    assert all(wall >= 0 and cpu >= 0 for wall, cpu in costs["parts"].values())
+    report = P.run([Stub()], log=lambda line: None, **SMALL)
+    report["checkpoint_costs"], report["checkpoint_costs_load_average"] = [costs], 1.0
+    assert "| hash sha256 |" in P.render(report)
+
+
+class Other(Stub):
+    name, dist = "other", "other"
+
+
+def test_parts_from_other_environments_are_merged_into_the_table(tmp_path):
+    main = P.run([Stub(), P.NotInstalled("other", "other", "rbcheck_no_such_module")], log=lambda line: None,
+                 **SMALL)
+    part = P.run([Other()], log=lambda line: None, **SMALL)
+    (tmp_path / "peers.json").write_text(json.dumps(main))
+    (tmp_path / "peers.other.json").write_text(json.dumps(part))
+    merged = P.load_report(tmp_path / "peers.json")
+    assert merged["peers"]["other"]["skipped"] is None and merged["peers"]["stub"]["skipped"] is None
+    assert {r["peer"] for r in merged["ratios"]} == {"stub", "other"}
+    text = P.render(merged)
+    assert "| operation | stub | other |" in text and "other: timed in an environment of its own" in text
+    assert P.render(P.load_report(tmp_path / "peers.json", parts=[])) == P.render(main)
+    P.main(["--render", str(tmp_path / "peers.json"), "-o", str(tmp_path / "peers.md")])
+    assert (tmp_path / "peers.md").read_text() == text
+
+
+@pytest.mark.parametrize("peer, module", [(P.Flashbax, "flashbax"), (P.RLlib, "ray.rllib.utils.replay_buffers")])
+def test_library_drivers_pass_every_check_at_a_small_size(peer, module):
+    """The RLlib and flashbax drivers (each library in its own dependency group: skipped here
+    when it is not installed) answer every check and get a number for each operation they have."""
+    pytest.importorskip(module)
+    report = P.run([peer()], log=lambda line: None, **SMALL)
+    status = report["peers"][peer.name]
+    assert status["skipped"] is None, status
+    timed = {r["op"] for r in report["ratios"]}
+    assert timed == set(P.ops_for(SMALL["extend_sizes"])) - set(status["ops_skipped"])
+    assert report["checks_passed"] > 10

@@ -271,3 +271,16 @@ def test_results_render_a_conformance_run_and_refuse_other_json(tmp_path):
     assert page.startswith("# T\n") and "- command: `c`" in page and "| x |" in page
     with pytest.raises(ValueError, match="but should be a conformance report"):
         results.kind_of({"other": 1})
+
+
+def test_gpu_page_is_what_its_recorded_runs_render():
+    """docs/results/gpu.md is exactly what ``python -m bench.gpu_bench
+    --render`` writes from docs/results/data/gpu/ (never edited by hand), and
+    every recorded run passed its equality checks."""
+    from bench import gpu_bench
+
+    records = gpu_bench.recorded()
+    assert records, "docs/results/data/gpu/ holds no recorded run, but should hold at least one"
+    assert gpu_bench.PAGE.read_text() == gpu_bench.page(records), "run python -m bench.gpu_bench --render"
+    failed = [c["check"] for r in records for c in r["data"]["checks"] if not c["ok"]]
+    assert failed == [], f"recorded checks that failed={failed}, but should be none"

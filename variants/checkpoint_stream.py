@@ -11,7 +11,8 @@ Contract
   out of the rows one chunk at a time) while a worker thread hashes the chunks already
   written (hashlib releases the GIL); on Linux each written range is handed to writeback
   (``sync_file_range``) as it goes, so the final fsync waits for less. A state this
-  writer cannot stream (a dtype without a safetensors name) is saved by the reference.
+  writer cannot stream (a dtype without a safetensors name, a big-endian host) is saved
+  by the reference.
 * ``read(path)`` makes the checks of ``reference.checkpoint.read_checkpoint``, in its
   order, and returns the same state, or raises the same ``CheckpointError``: the tensor
   file is read once into new memory while a worker thread hashes what has arrived; its
@@ -204,7 +205,7 @@ def save(buffer, path) -> None:
     reference's files; see the module doc)."""
     plain, tensors = fmt.split_state(state_view(buffer), contiguous=False)
     head, order = header(tensors)
-    if head is None:
+    if head is None or sys.byteorder != "little":  # safetensors' data is little-endian
         save_checkpoint(buffer, path)  # the reference says what it cannot write
         return
     fmt.encode_meta(plain, "")  # a state JSON cannot hold is refused before the disk is touched
@@ -239,7 +240,7 @@ def read_tensor_file(handle, size: int) -> tuple[torch.Tensor, str]:
 def parse(blob: torch.Tensor) -> dict | None:
     """``{name: view of blob}`` for a regular safetensors file (see the module doc), else None."""
     size = blob.numel()
-    if size < 8:
+    if size < 8 or sys.byteorder != "little":  # views of little-endian data
         return None
     n = int.from_bytes(bytes(blob[:8].numpy()), "little")
     if n > min(MAX_HEADER, size - 8):

@@ -55,6 +55,7 @@ bit (tests/variants/test_extend_fast_path.py).
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import torch
 from tensordict import TensorDict
@@ -88,35 +89,50 @@ def _sources(storage: DeviceStorage, data) -> list | None:
     return out
 
 
+#: Fields of the argument block (``native.EXTEND_ARGS``; tree_update.c's rb_extend_args).
+(_N_COLS, _COLS, _CAPACITY, _FIRST, _N, _COUNT, _GENERATION, _INDEX, _SUM, _MIN, _SIZE, _VALUE, _SHADOW,
+ _HIGH, _MAX, _PRIORITY, _IS_FLOAT32, _EPS, _DO_POW, _ALPHA) = range(20)
+_FIELDS = 20
+
+
 class _Plan:
     """What every extend into one storage reuses, rebuilt when its columns are replaced
-    (``storage._cols`` is then a new list): the batch layout to check (``specs``:
-    top-level key, dtype, row shape; ``shapes``: the full shapes for the last batch
-    sizes), the native call's column table (source address, filled in per call;
-    destination address, destination row stride and row bytes per column), its
-    argument block and a float64 workspace for the transformed priorities."""
+    (``storage._cols`` is then a new list): the batch layout to check (``specs``: key,
+    dtype, row shape; ``layouts``: the full shapes for the last batch sizes) and ONE
+    int64 block holding the native calls' arguments (``native.EXTEND_ARGS``) followed by
+    the column table (per column: source address, set per call; destination address,
+    destination row stride and row bytes). The fields that change rarely (the writer's
+    generation column, the trees, the max priority tensor, eps, the priority workspace)
+    are rewritten only when the object they come from is another one (``bound``: the
+    objects last written; these tensors are the buffer's own and are never resized in
+    place), the others every call."""
 
-    __slots__ = ("cols", "specs", "shapes", "table", "table_address", "args", "args_address",
-                 "value", "views", "high")
+    __slots__ = ("cols", "specs", "layouts", "block", "address", "bound", "value", "views", "high", "priority",
+                 "libm_pow", "lock")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
         self.specs = None
-        self.shapes: dict = {}
+        self.layouts: dict = {}
         self.views: dict = {}
+        self.bound: dict = {}
         self.value = None
+        self.libm_pow = False  # rb_extend_prepare may finish a one-row transform (see bind_sampler)
+        self.lock = threading.Lock()
+        self.priority = (None, None)  # (priority key, (column, is_float32) or None)
         layouts = [native.row_layout(column) for _, column in self.cols]
         if storage.device.type != "cpu" or any(len(key) != 1 for key, _ in self.cols) \
                 or any(lay is None for lay in layouts):
             return  # another device, nested keys or rows that are not contiguous: no native copies
         self.specs = [(key[0], column.dtype, column.shape[1:]) for key, column in self.cols]
-        self.table = (ctypes.c_int64 * max(4 * len(self.cols), 1))()
+        self.block = (ctypes.c_int64 * (_FIELDS + 4 * len(self.cols)))()
+        self.address = ctypes.addressof(self.block)
         for c, ((_, column), (stride, row_bytes)) in enumerate(zip(self.cols, layouts, strict=True)):
-            self.table[4 * c + 1:4 * c + 4] = [column.data_ptr(), stride, row_bytes]
-        self.table_address = ctypes.addressof(self.table)
-        self.args = ctypes.create_string_buffer(native.EXTEND_ARGS.size)
-        self.args_address = ctypes.addressof(self.args)
+            self.block[_FIELDS + 4 * c + 1:_FIELDS + 4 * c + 4] = [column.data_ptr(), stride, row_bytes]
+        self.block[_N_COLS], self.block[_COLS] = len(self.cols), self.address + 8 * _FIELDS
+        self.block[_CAPACITY], self.block[_SHADOW] = storage.capacity, 1
         self.high = torch.empty(1, dtype=torch.float64)
+        self.block[_HIGH] = self.high.data_ptr()
 
     def __reduce__(self):
         """A copy or a pickle of the storage carries no plan (its addresses are this
@@ -124,38 +140,105 @@ class _Plan:
         return _no_plan, ()
 
     def layout(self, n: int) -> list:
-        """``[(key, dtype, shape)]``: the batch's columns for ``n`` rows (a few sizes kept)."""
-        layout = self.shapes.get(n)
-        if layout is None:
-            if len(self.shapes) >= 8:
-                self.shapes.clear()
-            layout = self.shapes[n] = [(key, dtype, torch.Size((n, *shape))) for key, dtype, shape in self.specs]
+        """``[(table slot, key, dtype, shape)]``: the batch's columns for ``n`` rows."""
+        if len(self.layouts) >= 8:
+            self.layouts.clear()
+        layout = self.layouts[n] = [(_FIELDS + 4 * c, key, dtype, torch.Size((n, *shape)))
+                                    for c, (key, dtype, shape) in enumerate(self.specs)]
         return layout
 
-    def values(self, n: int) -> tuple[torch.Tensor, int]:
-        """A float64[n] workspace for the transformed priorities, and its address
-        (one buffer, grown to the largest n; a few views kept)."""
-        view = self.views.get(n)
-        if view is None:
-            if self.value is None or len(self.value) < n:
-                self.value = torch.empty(max(n, 256), dtype=torch.float64)
-                self.views.clear()
-            if len(self.views) >= 8:
-                self.views.clear()
-            view = self.views[n] = (self.value[:n], self.value.data_ptr())
+    def values(self, n: int) -> torch.Tensor:
+        """A float64[n] workspace for the transformed priorities (one buffer, grown to
+        the largest n, its address in the block; a few views kept)."""
+        if self.value is None or len(self.value) < n:
+            self.value = torch.empty(max(n, 256), dtype=torch.float64)
+            self.block[_VALUE] = self.value.data_ptr()
+            self.views.clear()
+        if len(self.views) >= 8:
+            self.views.clear()
+        view = self.views[n] = self.value[:n]
         return view
+
+    def bind_generation(self, generation: torch.Tensor) -> bool:
+        """Whether the writer's generation column can be written natively (then its address is set)."""
+        if not (generation.is_cpu and generation.is_contiguous() and generation.dtype == torch.int64):
+            return False
+        self.block[_GENERATION] = generation.data_ptr()
+        self.bound["generation"] = generation
+        return True
+
+    def bind_sampler(self, sampler: PrioritizedSampler) -> bool:
+        """Whether the sampler's trees and max priority can be written natively (then
+        their addresses, the trees' size and eps are set)."""
+        sum_nodes, min_nodes, high = sampler.sum_tree._nodes, sampler.min_tree._nodes, sampler._max_priority
+        if not all(t.is_cpu and t.is_contiguous() and t.dtype == torch.float64
+                   for t in (sum_nodes, min_nodes, high)):
+            return False
+        block = self.block
+        block[_SUM], block[_MIN], block[_MAX] = sum_nodes.data_ptr(), min_nodes.data_ptr(), high.data_ptr()
+        block[_SIZE] = sampler.sum_tree.size
+        block[_EPS], block[_ALPHA] = _bits(sampler.eps), _bits(sampler.alpha)
+        if self.value is None:
+            self.values(1)
+        self.libm_pow = libm_pow_agrees(sampler.alpha, sampler.eps)
+        self.bound.update(sum=sum_nodes, min=min_nodes, max=high, eps=sampler.eps, alpha=sampler.alpha)
+        return True
+
+    def priority_column(self, key) -> tuple | None:
+        """``(table slot, is_float32)`` of the priority column ``key`` among the storage's
+        columns (float32 or float64), else None."""
+        if self.priority[0] != key or key is None:
+            found = None
+            for c, (name, dtype, shape) in enumerate(self.specs):
+                if name == key and shape == () and dtype in (torch.float32, torch.float64):
+                    found = (_FIELDS + 4 * c, dtype == torch.float32)
+            self.priority = (key, found)
+        return self.priority[1]
 
 
 def _no_plan() -> None:
     return None
 
 
-def _plan(storage: DeviceStorage) -> _Plan:
-    """The storage's plan, rebuilt when its columns were replaced."""
-    plan = storage.__dict__.get("_extend_plan")
-    if plan is None or plan.cols is not storage._cols:
-        plan = storage._extend_plan = _Plan(storage)
-    return plan
+def _bits(x: float) -> int:
+    """The int64 whose bytes are the double ``x``."""
+    return ctypes.c_int64.from_buffer_copy(ctypes.c_double(x)).value
+
+
+#: Exponents torch's CPU pow special-cases (fill, copy, sqrt, rsqrt, reciprocal, products):
+#: never libm's pow there.
+_SPECIAL_ALPHA = (0.0, 1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0)
+#: Raw priorities the agreement check transforms (1 + 64 values spread over many magnitudes).
+_PROBES = [0.0, *(float(x) for x in torch.logspace(-12, 12, 64, dtype=torch.float64))]
+_agrees: dict = {}
+
+
+def libm_pow_agrees(alpha: float, eps: float) -> bool:
+    """Whether ``rb_extend_prepare`` may transform a ONE-row priority itself (libm's pow):
+    ``alpha`` is not one torch special-cases, and for every probe priority the native
+    transform of one row is torch's ``(p + eps) ** alpha`` of a one-element tensor bit
+    for bit (how torch computes it there: its CPU kernel's scalar path, ``std::pow``).
+    Cached per ``(alpha, eps)``; False without the native library."""
+    key = (alpha, eps)
+    if key not in _agrees:
+        lib = native.lib()
+        ok = lib is not None and alpha not in _SPECIAL_ALPHA
+        if ok:
+            out = torch.empty(1, dtype=torch.float64)
+            high = torch.zeros(1, dtype=torch.float64)
+            raw = torch.empty(1, dtype=torch.float64)
+            for p in _PROBES:
+                raw[0] = p
+                block = native.EXTEND_ARGS.pack(0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, out.data_ptr(), 0,
+                                                high.data_ptr(), high.data_ptr(), raw.data_ptr(), 0, eps, 1, alpha)
+                args = ctypes.create_string_buffer(block, len(block))
+                want = (raw + eps) ** alpha
+                if not lib.rb_extend_prepare(ctypes.addressof(args)) \
+                        or not torch.equal(out.view(torch.int64), want.view(torch.int64)):
+                    ok = False
+                    break
+        _agrees[key] = ok
+    return _agrees[key]
 
 
 def try_extend(buffer, data) -> torch.Tensor | None:
@@ -176,67 +259,79 @@ def try_extend(buffer, data) -> torch.Tensor | None:
     if type(storage) is not DeviceStorage or type(writer) is not DeviceWriter or storage.data is None \
             or not (prioritized or type(sampler) is RandomSampler):
         return None
-    generation = writer.generation
-    if not (generation.is_cpu and generation.is_contiguous()):
-        return _try_extend_torch(buffer, data)
-    batch = data.batch_size
+    batch = data._batch_size
     if len(batch) != 1:
         return None
     n, capacity = batch[0], storage.capacity
     if not 1 <= n <= capacity:
         return None
-    plan = _plan(storage)
-    specs = plan.specs
+    plan = storage.__dict__.get("_extend_plan")
+    if plan is None or plan.cols is not storage._cols:
+        plan = storage._extend_plan = _Plan(storage)
     source = data._tensordict
-    if specs is None or type(source) is not dict:
+    if plan.specs is None or type(source) is not dict:
         return _try_extend_torch(buffer, data)
-    if len(source) != len(specs):
+    if len(source) != len(plan.specs):
         return None
-    table = plan.table
-    for c, (name, dtype, shape) in enumerate(plan.layout(n)):
+    with plan.lock:  # one extend at a time fills the block and calls (the calls release the GIL)
+        return _write(buffer, data, plan, lib, source, n, capacity, prioritized)
+
+
+def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
+           prioritized: bool) -> torch.Tensor | None:
+    """``try_extend`` from the layout check on, under the plan's lock."""
+    storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
+    bound = plan.bound
+    generation = writer.generation
+    if generation is not bound.get("generation") and not plan.bind_generation(generation):
+        return _try_extend_torch(buffer, data)
+    block = plan.block
+    for slot, name, dtype, shape in plan.layouts.get(n) or plan.layout(n):
         value = source.get(name)
         if type(value) is not torch.Tensor or value.dtype is not dtype or value.shape != shape \
                 or not value.is_cpu:
             return None  # another layout: the full path (raises the reference's error)
         if not value.is_contiguous():
             return _try_extend_torch(buffer, data)
-        table[4 * c] = value.data_ptr()
+        block[slot] = value.data_ptr()
     index = torch.empty(n, dtype=torch.int64)
     count, first = writer.write_count, writer.cursor
-    args = plan.args_address
+    block[_FIRST], block[_N], block[_COUNT], block[_INDEX] = first, n, count, index.data_ptr()
     if prioritized:
-        key = buffer.priority_key
-        priority = source.get(key) if type(key) is str else None
-        if priority is None and key is not None and key in data.keys(include_nested=True):
-            return None  # a nested priority key: the full path
-        sum_nodes, min_nodes = sampler.sum_tree.raw_nodes, sampler.min_tree.raw_nodes
-        max_priority = sampler._max_priority
-        if not (sum_nodes.is_cpu and min_nodes.is_cpu and max_priority.is_cpu and sum_nodes.is_contiguous()
-                and min_nodes.is_contiguous()):
+        sum_tree, min_tree = sampler.sum_tree, sampler.min_tree
+        if (sum_tree._nodes is not bound.get("sum") or min_tree._nodes is not bound.get("min")
+                or sampler._max_priority is not bound.get("max") or sampler.eps != bound.get("eps")
+                or sampler.alpha != bound.get("alpha")) \
+                and not plan.bind_sampler(sampler):
             return _try_extend_torch(buffer, data)
-        if priority is not None:
-            if priority.shape != (n,) or not priority.is_contiguous() or not (
-                    priority.dtype is torch.float32 or priority.dtype is torch.float64):
-                return None  # the full path checks it (and raises the reference's error)
-            raw, is_float32 = priority.data_ptr(), priority.dtype is torch.float32
+        key = buffer.priority_key
+        column = plan.priority_column(key)
+        if column is not None:
+            block[_PRIORITY], block[_IS_FLOAT32] = block[column[0]], column[1]
+        elif key is not None and key in data.keys(include_nested=True):
+            return None  # a priority the storage does not hold as a float column: the full path
         else:
-            raw, is_float32 = 0, False
-        values, address = plan.values(n)
-        native.EXTEND_ARGS.pack_into(
-            plan.args, 0, len(specs), plan.table_address, capacity, first, n, count, generation.data_ptr(),
-            index.data_ptr(), sum_nodes.data_ptr(), min_nodes.data_ptr(), sampler.sum_tree.size, address, 1,
-            plan.high.data_ptr(), max_priority.data_ptr(), raw, is_float32, sampler.eps)
-        if not lib.rb_extend_prepare(args):
-            return None  # a bad priority: nothing changed, the full path raises
-        values.pow_(sampler.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
-        if lib.rb_extend(args):
+            block[_PRIORITY] = 0  # none: the max priority, as on_write
+        if n == 1 and plan.libm_pow:  # one row: the transform in C, as torch's scalar path computes it
+            block[_DO_POW] = 1
+            if not lib.rb_extend_prepare(plan.address):
+                return None  # a bad priority: nothing changed, the full path raises
+        else:
+            block[_DO_POW] = 0
+            values = plan.views.get(n)
+            if values is None:
+                values = plan.values(n)
+            if not lib.rb_extend_prepare(plan.address):
+                return None  # a bad priority: nothing changed, the full path raises
+            values.pow_(sampler.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
+        if lib.rb_extend(plan.address):
             return None  # a transform overflowed (nothing written): the full path raises
-        sampler.sum_tree.mark_stale()
-        sampler.min_tree.mark_stale()
+        sum_tree._stale = sum_tree._stale or sum_tree.has_shadow  # mark_stale(), inlined
+        min_tree._stale = min_tree._stale or min_tree.has_shadow
     else:
-        native.EXTEND_ARGS.pack_into(plan.args, 0, len(specs), plan.table_address, capacity, first, n, count,
-                                     generation.data_ptr(), index.data_ptr(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0)
-        if lib.rb_extend(args):  # pragma: no cover - the arguments were checked above
+        block[_SUM] = 0  # no trees: rb_extend writes rows, generations and slots only
+        bound.pop("sum", None)
+        if lib.rb_extend(plan.address):  # pragma: no cover - the arguments were checked above
             return None
     if storage.size < capacity:
         storage.size = max(storage.size, min(first + n, capacity))

@@ -24,7 +24,12 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
   the max, and one C update of both trees; ``sample`` is one C call for
   ``mass = u * total``, the descent and ``n * (leaf / total)``, torch's
   ``pow`` (the reference's, so the same bits), and one C call for the
-  division and the float32 conversion; the trees' updates run in C too.
+  division and the float32 conversion; the trees' updates run in C too;
+* off the CPU, ``update_priority`` (no generations) reads its checks back in
+  one host synchronisation (``_update_one_sync``: index range, priorities
+  finite and >= 0, no overflowing transform, from four reductions) instead
+  of one per check; on any failure the full path runs and raises the
+  reference's error, nothing changed before.
 
 Cost: ``on_write`` / ``update_priority`` O(k log k + k log capacity);
 ``sample`` O(B log capacity) plus one host read of (total, min).
@@ -139,13 +144,42 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         self._store(index, raw)
 
     def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
-        if generation is None and current_generation is None and self._update_native(index, priority):
+        if generation is None and current_generation is None and (
+                self._update_native(index, priority) or self._update_one_sync(index, priority)):
             return
         index = check_index(index, self.capacity).to(self.device)
         raw = self.check_priority(priority, len(index))
         keep = check_generation(index, generation, current_generation)  # None: keep all
         keep = None if keep is None else keep.to(self.device)
         self._store(index, raw, keep)
+
+    def _update_one_sync(self, index, priority, off_cpu_only: bool = True) -> bool:
+        """``update_priority``'s happy path off the CPU (where ``_update_native`` does not
+        run): the reference's checks (index in range, priorities finite and >= 0, no
+        transform overflowing) decided on four reductions read back in ONE host
+        synchronisation instead of one per check. An int64 index read as float64
+        may round, but never across 0 or ``capacity`` (exact in float64, and rounding
+        is monotone), and a NaN fails both comparisons of its min and max (``aminmax``
+        propagates NaN). False when it does not apply or a check fails (nothing
+        changed): the full path then runs and raises the reference's error.
+        ``off_cpu_only=False``: also on the CPU (tests)."""
+        if (off_cpu_only and self.device.type == "cpu") \
+                or not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
+                or index.dtype != torch.long or index.dim() != 1 or not len(index) \
+                or not priority.is_floating_point() or priority.shape != index.shape \
+                or index.device != self.device or priority.device != self.device:
+            return False
+        raw = priority.detach().to(torch.float64)
+        first, last = torch.aminmax(index)
+        low, high = torch.aminmax(raw)
+        first, last, low, high = torch.stack([first.double(), last.double(), low, high]).tolist()
+        if not (first >= 0 and last < self.capacity and low >= 0 and high < math.inf):
+            return False
+        bound = sys.float_info.max if self.alpha <= 1 else sys.float_info.max ** (1 / self.alpha)
+        if high + self.eps > bound * (1 - 2.0**-20):
+            return False  # near the bound: the full path's own check decides
+        self._store(index, raw)
+        return True
 
     def _update_native(self, index, priority, first: int | None = None) -> bool:
         """``update_priority``'s happy path on the CPU: one C pass checks the indices

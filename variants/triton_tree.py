@@ -36,9 +36,13 @@ Contract
   compiled anyway). The interpreter is slow: only small sizes in tests.
 * Launched with ``enable_fp_fusion=False``: no multiply-add is ever
   contracted into an FMA, so each ``+``/``-`` rounds exactly as torch's does.
-* Both kernels were compiled to PTX for sm_90 (``triton.compile`` with a
-  ``GPUTarget``) on the development machine, which has no GPU; they ran
-  there only in the interpreter.
+* The kernels were compiled for sm_90 (``triton.compile`` with a
+  ``GPUTarget``; the single-launch update's PTX holds the fences, the
+  acq_rel atomic and the ``.cg`` loads) on the development machine, which
+  has no GPU; they ran there only in the interpreter, which runs programs
+  one after another: the concurrency of the single-launch update is checked
+  on a GPU by ``bench/gpu_check.sh`` (the tests and the benchmark's
+  equality checks at 2^20 and 2^24).
 * ``UNAVAILABLE`` is None when Triton imported, else the import error text.
 
 Cost: descent O(B log capacity) in one launch; update O(k log k) sort in

@@ -79,6 +79,11 @@ BUILTIN: dict[str, Builtin] = {
         "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_pairs_adapter", False),
     "flashbax-trajectory-per": Builtin(
         "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_per_adapter", False),
+    # TorchRL's SliceSampler end flags (invariant 10; group torchrl)
+    "torchrl-slices": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_slices_adapter", False),
+    # RLlib's new-stack episode buffers, sampled as n-step transitions (invariant 10; group rllib)
+    "rllib-episodes": Builtin("rbcheck.harness.adapters.rllib_episodes:rllib_episodes_adapter", False),
+    "rllib-episodes-per": Builtin("rbcheck.harness.adapters.rllib_episodes:rllib_episodes_per_adapter", False),
 }
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"

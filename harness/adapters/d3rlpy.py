@@ -68,8 +68,15 @@ map to it as follows:
   ``next_observation`` (the next step's observation, zeros at a
   termination). ``truncated`` is not returned (d3rlpy has no such flag:
   declared in ``transition_fields``). ``info["index"]`` is ``id %
-  capacity``. What d3rlpy does differently is judged in docs/findings.md
-  (``harness/known_failures/d3rlpy.txt``).
+  capacity``. Declared, each checked in its own terms by the transitions
+  properties: ``capacity_counts="complete_transitions"`` (the FIFO's limit
+  counts transitions, ``buffers.py:85-95``, and a step becomes one only
+  when the next step of its episode is written, ``writers.py:364-372`` with
+  ``transition_count = size() - 1`` while running, ``:236-238``, or when
+  ``clip_episode(True)`` ends it, ``:391-395``; ``clip_episode(False)``
+  appends nothing, so a truncated episode's last step is never held) and
+  ``terminal_next_obs="zeros"`` (``transition_pickers.py:53-56``). The
+  rest is judged in docs/findings.md (real bug D4: a one-step episode).
 * not declared: prioritized sampling (d3rlpy has none), transforms,
   save/load (``dump``/``load`` write the episodes to HDF5 and rebuild a new
   buffer, ``replay_buffer.py:493-530``: the FIFO's position and which
@@ -305,8 +312,17 @@ def d3rlpy_adapter() -> Adapter:
         capabilities=CAPABILITIES,
         conventions=Conventions(
             transition_fields=TRANSITION_FIELDS,
+            capacity_counts="complete_transitions",
+            terminal_next_obs="zeros",
             notes={"transition_fields": "BasicTransitionPicker returns observation, action, reward, "
-                   "next_observation, terminal: no truncated flag (d3rlpy/dataset/transition_pickers.py:63-72)"},
+                   "next_observation, terminal: no truncated flag (d3rlpy/dataset/transition_pickers.py:63-72)",
+                   "capacity_counts": "FIFOBuffer(limit) is a deque(maxlen=limit) of (episode, index) transitions "
+                   "(d3rlpy/dataset/buffers.py:85-95); a step is appended once the next step of its episode is "
+                   "written (writers.py:364-372, transition_count = size() - 1 while running, :236-238) or at "
+                   "clip_episode(True) (:391-395); clip_episode(False) appends nothing, so a truncated episode's "
+                   "last step is never held",
+                   "terminal_next_obs": "BasicTransitionPicker: the terminal step's next_observation is "
+                   "create_zero_observation(observation) (d3rlpy/dataset/transition_pickers.py:53-56)"},
         ),
     )
 

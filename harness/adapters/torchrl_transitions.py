@@ -97,7 +97,9 @@ class TorchRLTransitions(OwnRandomness):
         else:
             rows.update(reward=s["next", "reward"].reshape(-1), terminated=s["next", "terminated"].reshape(-1),
                         truncated=s["next", "truncated"].reshape(-1), next_obs=s["next", "observation"])
-        return TensorDict(rows, batch_size=[batch_size]), {"index": torch.as_tensor(info["index"])}
+        index = info["index"]
+        index = index[0] if isinstance(index, tuple) else index  # a SliceSampler's: one tensor per storage dim
+        return TensorDict(rows, batch_size=[len(s)]), {"index": torch.as_tensor(index)}
 
     def contents(self) -> TensorDictBase:
         self._flush()
@@ -155,4 +157,73 @@ def torchrl_multistep_adapter() -> Adapter:
     return _adapter("torchrl-multistep", multistep=True)
 
 
-__all__ = ["TorchRLTransitions", "torchrl_multistep_adapter", "torchrl_next_adapter", "torchrl_rows"]
+class TorchRLSlices(TorchRLTransitions):
+    """``torchrl-slices``: the ``torchrl-next`` rows (with the episode id at
+    the top level, ``"episode"``) in a ``TensorDictReplayBuffer``; a
+    ``spec.sampler == "slice"`` spec gets TorchRL's ``SliceSampler(
+    slice_len=..., traj_key="episode", strict_length=...,
+    truncated_key=("next", "truncated"))``, any other its ``RandomSampler``.
+
+    How the spec's fields map onto torchrl 0.14.1
+    (``torchrl/data/replay_buffers/samplers/slice.py``):
+
+    * ``truncated``: the sample's ``("next", "truncated")``, which the
+      sampler sets to 1 at each slice's last row and 0 elsewhere, not OR-ed
+      with the stored flag (``_finalize_index``, :1242-1260), written into
+      the sample by ``TensorDictReplayBuffer.sample``
+      (``replay_buffers/tensordict.py:474-481``);
+    * ``terminated``: ``("next", "terminated")``, the stored flags of the
+      sampled rows (:1268-1274); ``("next", "done")`` is the stored done OR
+      the slice-end marker (:1263-1267);
+    * ``obs``, ``action``, ``reward``, ``next_obs``: the rows' own
+      (``observation``, ``action``, ``("next", "reward")``,
+      ``("next", "observation")``);
+    * a slice: ``slice_len`` consecutive rows of one trajectory (runs of
+      equal ``"episode"``), slices one after the other in the sample.
+
+    One env (the slice sampler needs each episode's rows adjacent in the
+    storage: ``env_id`` not declared).
+    """
+
+    def __init__(self, spec: BufferSpec):
+        from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
+        from torchrl.data.replay_buffers.samplers import SliceSampler
+
+        if spec.num_envs != 1:
+            raise ValueError(f"spec.num_envs={spec.num_envs}, but should be 1 (slices need each episode's rows "
+                             f"adjacent)")
+        self.spec, self.multistep = spec, False
+        if spec.sampler == "slice":
+            sampler = SliceSampler(num_slices=spec.num_slices, slice_len=spec.slice_len, traj_key="episode",
+                                   strict_length=spec.strict_length, truncated_key=("next", "truncated"))
+        else:
+            sampler = RandomSampler()
+        self.rb = TensorDictReplayBuffer(storage=LazyTensorStorage(spec.capacity), sampler=sampler,
+                                         generator=torch.Generator().manual_seed(spec.seed))
+        self.pending: list[TensorDict] = []
+        self.written = 0
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        not_applicable(data)
+        start = self.written
+        rows = torchrl_rows(data)
+        rows["episode"] = data["episode"]
+        self.rb.extend(rows)
+        self.written += len(data)
+        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
+
+
+def torchrl_slices_adapter() -> Adapter:
+    base = _adapter("torchrl-slices", multistep=False)
+
+    def make(spec: BufferSpec) -> TorchRLSlices:
+        if spec.sampler not in ("random", "slice"):
+            raise ValueError(f"spec.sampler={spec.sampler!r}, but should be 'random' or 'slice'")
+        return TorchRLSlices(spec)
+
+    return Adapter(name="torchrl-slices", version=base.version, make=make,
+                   capabilities=frozenset({"transitions", "slice"}), conventions=Conventions())
+
+
+__all__ = ["TorchRLSlices", "TorchRLTransitions", "torchrl_multistep_adapter", "torchrl_next_adapter", "torchrl_rows",
+           "torchrl_slices_adapter"]

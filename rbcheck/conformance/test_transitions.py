@@ -6,9 +6,12 @@ interleaved where the buffer takes an env id, terminations and truncations in
 any mix, before, at and long after the ring's first wrap.
 
 Conventions (``Conventions.transition_fields``, ``nstep_form``,
-``incomplete_windows``, ``terminal_flag``) are checked in their own terms: a
+``incomplete_windows``, ``terminal_flag``, ``nstep_ring``,
+``capacity_counts``, ``terminal_next_obs``) are checked in their own terms: a
 buffer that takes a timeout for a termination still returns each truncated
-step's own final observation."""
+step's own final observation; one whose capacity counts complete transitions
+samples exactly the steps that are held in those terms; one that returns
+zeros as a terminated step's next observation returns exactly zeros there."""
 
 from __future__ import annotations
 
@@ -16,12 +19,15 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tensordict import TensorDict
 
 from rbcheck.harness.assertions import Trace, fail
 from rbcheck.harness.transition_streams import Stream, transition_setups
 from rbcheck.reference.transitions import Transitions
 
-pytestmark = pytest.mark.requires("transitions")
+pytestmark = [pytest.mark.requires("transitions"),
+              pytest.mark.conventions("transition_fields", "nstep_form", "incomplete_windows", "terminal_flag",
+                                      "nstep_ring", "capacity_counts", "terminal_next_obs")]
 
 
 class Oracle:
@@ -32,18 +38,29 @@ class Oracle:
     held row's window only reaches held rows, exactly as over the held rows
     alone. Under ``nstep_ring="completed_windows"`` it holds the last
     ``capacity`` rows whose window is complete, in the order they completed,
-    and a window may reach rows written after the ring's newest."""
+    and a window may reach rows written after the ring's newest. Under
+    ``capacity_counts="complete_transitions"`` (no ``nstep``) it holds the
+    last ``capacity`` steps whose transitions are complete
+    (:meth:`Stream.held`)."""
 
-    def __init__(self, stream: Stream, spec, conventions):
+    def __init__(self, stream: Stream, spec, conventions, buf=None, trace: Trace | None = None):
         self.spec, self.conv = spec, conventions
+        if spec.nstep and conventions.capacity_counts != "rows":
+            raise ValueError(f"Conventions.capacity_counts={conventions.capacity_counts!r} with spec.nstep="
+                             f"{spec.nstep}, but should be 'rows': n-step windows over complete transitions "
+                             f"are not defined")
         self.rows = stream.rows()
         self.tr = Transitions(self.rows)
         total = len(self.tr)
         self.written = total - 1  # the newest row written (the write cursor is after it)
         n = spec.nstep
-        if n and conventions.nstep_ring == "completed_windows":
+        if conventions.eviction == "whole_episodes":
+            held_ids = held_whole_episodes(self.rows, spec, buf, trace)
+        elif n and conventions.nstep_ring == "completed_windows":
             done = [(self.tr.window(t, n)[-1], t) for t in range(total) if self.tr.complete(t, n)]
             held_ids = sorted(t for _, t in sorted(done)[-spec.capacity:])
+        elif conventions.capacity_counts == "complete_transitions":
+            held_ids = stream.held(spec.capacity, conventions.capacity_counts)["id"].tolist()
         else:
             held_ids = list(range(max(0, total - spec.capacity), total))
         ids = torch.tensor(held_ids, dtype=torch.long)
@@ -54,6 +71,9 @@ class Oracle:
         done_flag = conventions.terminal_flag == "done"
         self.flag = self.held["terminated"] | (self.held["truncated"] if done_flag else False)
         self.next_obs = self.held["next_obs"]
+        if conventions.terminal_next_obs == "zeros":
+            self.next_obs = torch.where(self.held["terminated"][:, None], torch.zeros_like(self.next_obs),
+                                        self.next_obs)
         if n:
             gamma = spec.gamma
             ns = [self.tr.nstep(t, n, gamma, conventions.terminal_flag) for t in held_ids]
@@ -76,9 +96,43 @@ class Oracle:
         if bad.any():
             held = self.held["id"].tolist()
             ring = "" if self.conv.nstep_ring == "steps" else f" (nstep_ring={self.conv.nstep_ring!r})"
+            if self.conv.capacity_counts != "rows":
+                ring = (f" (capacity_counts={self.conv.capacity_counts!r}: the last {self.spec.capacity} steps "
+                        f"whose transitions are complete)")
+            ring += "" if self.conv.eviction == "ring" else f" (eviction={self.conv.eviction!r})"
             want = f"a held row{ring}, one of {held}" if held else f"no row: none is held yet{ring}, so a sample is refused"
             fail("sampled row id", int(ids[bad][0]), want, trace)
         return p
+
+
+def held_whole_episodes(rows: TensorDict, spec, buf, trace: Trace) -> list[int]:
+    """Under ``eviction="whole_episodes"``: the ids of the rows the buffer
+    reports holding (``contents()["id"]``), checked in the convention's
+    terms: each held episode's rows are its newest steps (dropped from the
+    oldest end, never from the middle), more than ``capacity`` rows only
+    while one episode is held, no row twice. A held row's successors in its
+    episode are then held too, so its window over every row written is its
+    window over the held rows."""
+    trace.op("held = buf.contents()['id']")
+    ids = buf.contents()["id"].cpu().reshape(-1).long()
+    if len(ids) == 0 or ((ids < 0) | (ids >= len(rows))).any() or len(set(ids.tolist())) != len(ids):
+        fail("ids of the rows held (contents()['id'])", ids.tolist(),
+             f"distinct written rows in [0, {len(rows)}), at least one", trace)
+    ids = ids.sort().values
+    held = rows[ids]
+    episode = rows["episode"]
+    for ep in held["episode"].unique().tolist():
+        written = (episode == ep).nonzero().reshape(-1)
+        kept = ids[held["episode"] == ep]
+        if kept.tolist() != written[len(written) - len(kept):].tolist():
+            fail(f"rows of episode {ep} held", kept.tolist(),
+                 f"its newest {len(kept)} steps {written[len(written) - len(kept):].tolist()} "
+                 "(eviction='whole_episodes': an episode is dropped from its oldest end, whole)", trace)
+    if len(held) > spec.capacity and len(held["episode"].unique()) > 1:
+        fail(f"rows held with capacity={spec.capacity}", len(held),
+             f"at most {spec.capacity}, or one episode (eviction='whole_episodes'); held episodes "
+             f"{held['episode'].unique().tolist()}", trace)
+    return ids.tolist()
 
 
 def write(impl, spec, stream: Stream):
@@ -92,7 +146,16 @@ def write(impl, spec, stream: Stream):
 
 
 def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
-    batch = per_row * max(oracle.size, 1)  # nothing held: one draw, which must be refused
+    if oracle.size == 0:  # nothing held yet: a refusal is the answer
+        trace.op("rows, info = buf.sample(1)")
+        try:
+            rows, _ = buf.sample(1)
+        except Exception:  # noqa: BLE001 - any refusal will do: no row is held
+            return None, None
+        if len(rows) == 0:
+            fail("rows in buf.sample(1) from a buffer that holds no row", 0, "a refusal (an exception)", trace)
+        return rows, oracle.positions(rows, trace)  # fails: no sampled id is held
+    batch = per_row * oracle.size
     trace.op(f"rows, info = buf.sample({batch})")
     if oracle.spec.nstep and oracle.conv.incomplete_windows == "exclude" and not oracle.complete.any():
         try:  # nothing may be sampled: an error is the answer
@@ -100,7 +163,11 @@ def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
         except Exception:  # noqa: BLE001 - any refusal will do: no held row has a complete window
             return None, None
     else:
-        rows, _ = buf.sample(batch)
+        try:
+            rows, _ = buf.sample(batch)
+        except Exception as err:  # noqa: BLE001 - a refusal while rows are held is the failure to report
+            fail(f"buf.sample({batch})", f"{type(err).__name__}: {err}",
+                 f"{batch} rows: the buffer holds the rows {oracle.held['id'].tolist()}", trace)
     return rows, oracle.positions(rows, trace)
 
 
@@ -133,7 +200,8 @@ def check_transitions(impl, spec, oracle: Oracle, rows, p, trace, *, skip_incomp
             fail(f"keys of a transitions sample (declared transition_fields={conv.transition_fields})",
                  sorted(map(str, rows.keys())), f"to include {f!r}", trace)
         want = {"terminated": oracle.flag, "next_obs": oracle.next_obs}.get(f, oracle.held.get(f))
-        detail = f"terminal_flag={conv.terminal_flag!r}" if f == "terminated" else ""
+        detail = {"terminated": f"terminal_flag={conv.terminal_flag!r}",
+                  "next_obs": f"terminal_next_obs={conv.terminal_next_obs!r}"}.get(f, "")
         first_bad(f"sample[{f!r}]", rows[f], want[p], p, oracle, trace, detail)
     if not spec.nstep:
         return
@@ -164,7 +232,7 @@ def test_sampled_transitions_match_the_oracle(impl, data):
     row (windows complete or, under ``"shorten"``, shortened at the cursor)."""
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, impl.conventions)
+    oracle = Oracle(stream, spec, impl.conventions, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -177,13 +245,15 @@ def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
     the next episode's first one, not the obs of the step); it is not
     reported terminated unless the buffer declares ``terminal_flag="done"``;
     an n-step window ending on it bootstraps from that final observation with
-    discount gamma**m (0 under ``"done"``)."""
+    discount gamma**m (0 under ``"done"``). Under
+    ``capacity_counts="complete_transitions"`` a truncated episode's last step
+    is never held: sampling it fails, like any row not held."""
     conv = impl.conventions
     if "next_obs" not in conv.transition_fields and not impl.has("nstep"):
         pytest.skip("the buffer returns neither next_obs nor n-step quantities (transition_fields)")
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep"), truncations=True), label="setup")
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -217,7 +287,7 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
     conv = impl.conventions
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
@@ -241,9 +311,17 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
                  f"{int(step[b]) + most}, the next_obs of a row written from id {int(ids[b])} to {oracle.written}", trace)
         return st_ - step
 
-    everything = torch.ones(len(p), dtype=torch.bool)
+    by_episode = torch.ones(len(p), dtype=torch.bool)
     if "next_obs" in conv.transition_fields:
-        check_obs("sample['next_obs']", rows["next_obs"], 1, everything)
+        if conv.terminal_next_obs == "zeros":  # a terminated step's next_obs is exactly zeros, the others as always
+            terminated = oracle.held["terminated"][p]
+            nonzero = (rows["next_obs"].cpu().double().reshape(len(p), -1) != 0).any(1)
+            if (terminated & nonzero).any():
+                b = int((terminated & nonzero).nonzero()[0])
+                fail(f"sample['next_obs'] of sampled row {b} (row id {int(ids[b])}, terminated)", rows["next_obs"][b],
+                     "zeros (terminal_next_obs='zeros')", trace)
+            by_episode = ~terminated
+        check_obs("sample['next_obs']", rows["next_obs"], 1, by_episode)
     if not spec.nstep:
         return
     if conv.nstep_form == "window":
@@ -284,7 +362,7 @@ def test_incomplete_windows_are_handled_as_declared(impl, data):
     spec, stream = data.draw(transition_setups(impl, nstep=True), label="setup")
     spec = spec.but(nstep=max(spec.nstep, 2))
     buf, trace = write(impl, spec, stream)
-    oracle = Oracle(stream, spec, conv)
+    oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=16)
     if rows is None:
         return
@@ -305,3 +383,62 @@ def test_incomplete_windows_are_handled_as_declared(impl, data):
              f"> 0 in {len(p)} draws (incomplete_windows='shorten': it is sampled, shortened)", trace)
     sub = rows[incomplete]
     check_transitions(impl, spec, oracle, sub, p[incomplete], trace, skip_incomplete=False)
+
+
+@given(data=st.data())
+def test_slice_ends_are_marked_and_episode_ends_keep_their_flags(impl, data):
+    """exact: a slice sample (capability ``slice``, ``strict_length``, one
+    env) of env steps: each slice is a run of consecutive held steps of one
+    episode; every row keeps its own ``terminated`` and ``next_obs``; a row
+    inside a slice keeps its own ``truncated``; a slice's last row is marked
+    ``truncated`` (the learner's trajectory breaks there) unless it is
+    terminated, where ``terminated`` already turns bootstrapping off and
+    ``truncated`` may be either. No eligible episode: the sample is refused."""
+    if not impl.has("slice"):
+        pytest.skip("capability 'slice' not declared")
+    conv = impl.conventions
+    if "truncated" not in conv.transition_fields:
+        pytest.skip("the buffer does not return truncated (transition_fields)")
+    spec, stream = data.draw(transition_setups(impl, nstep=False, truncations=True, one_env=True), label="setup")
+    slice_len = data.draw(st.integers(1, 4), label="slice_len")
+    num_slices = data.draw(st.integers(1, 3), label="num_slices")
+    spec = spec.but(sampler="slice", slice_len=slice_len, num_slices=None, strict_length=True,
+                    episode_key="episode")
+    buf, trace = write(impl, spec, stream)
+    oracle = Oracle(stream, spec, conv)
+    episodes = oracle.held["episode"].tolist()
+    longest = max(sum(1 for e in episodes if e == x) for x in set(episodes))
+    batch = slice_len * num_slices
+    trace.op(f"rows, info = buf.sample({batch})")
+    if longest < slice_len:
+        try:
+            buf.sample(batch)
+        except Exception:  # noqa: BLE001 - any refusal will do: no held episode is slice_len long
+            return
+        fail(f"sample({batch}) with no held episode of length >= slice_len={slice_len}", "<a batch>",
+             "an error (strict_length=True)", trace)
+    rows, _ = buf.sample(batch)
+    p = oracle.positions(rows, trace)
+    if len(p) != batch:
+        fail("rows in a slice sample", len(p), f"{batch} = {num_slices} slices x slice_len={slice_len}", trace)
+    ids = oracle.held["id"][p].reshape(num_slices, slice_len)
+    for k in range(num_slices):
+        run = ids[k]
+        same = (oracle.held["episode"][p.reshape(num_slices, slice_len)[k]] == episodes[int(p[k * slice_len])]).all()
+        if not (bool(same) and bool((run.diff() == 1).all())):
+            fail(f"row ids of slice {k}", run.tolist(), "consecutive steps of one episode", trace)
+    last = torch.zeros(batch, dtype=torch.bool)
+    last[slice_len - 1::slice_len] = True
+    if "terminated" in conv.transition_fields:
+        first_bad("sample['terminated'] of a slice row", rows["terminated"], oracle.flag[p], p, oracle, trace,
+                  f"terminal_flag={conv.terminal_flag!r}")
+    if "next_obs" in conv.transition_fields:
+        first_bad("sample['next_obs'] of a slice row", rows["next_obs"], oracle.next_obs[p], p, oracle, trace)
+    got = rows["truncated"].cpu().reshape(-1) != 0
+    inner = ~last
+    first_bad("sample['truncated'] inside a slice (its own flag)", got[inner], oracle.held["truncated"][p][inner],
+              p[inner], oracle, trace)
+    ends = last & ~oracle.held["terminated"][p]
+    first_bad(f"sample['truncated'] at a slice's last row (slice_len={slice_len}), not a termination",
+              got[ends], torch.ones(int(ends.sum()), dtype=torch.bool), p[ends], oracle, trace,
+              "a slice's end breaks the trajectory: truncated unless terminated")

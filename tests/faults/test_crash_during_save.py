@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -24,7 +25,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rbcheck.harness.checkpoint_damage import FS_EVENTS, interrupted_save
+from rbcheck.harness.checkpoint_damage import FS_EVENTS, interrupted_save, interrupted_save_here
 from rbcheck.reference import PrioritizedSampler, ReplayBuffer, checkpoint
 
 from ..unit.test_buffer import same
@@ -72,10 +73,18 @@ def operations_of_a_save(rb, path) -> list[str]:
     return events
 
 
-def test_kill_at_every_filesystem_operation(tmp_path):
+#: The fork (a SIGKILLed child) and the in-process kill used once CUDA is
+#: initialised (the folder put back as it was on disk at the kill).
+INTERRUPTERS = pytest.mark.parametrize("interrupt", [interrupted_save, interrupted_save_here],
+                                       ids=["forked", "in-process"])
+
+
+@INTERRUPTERS
+def test_kill_at_every_filesystem_operation(tmp_path, interrupt):
     """exact: for every k, a save SIGKILLed at its k-th filesystem operation
     leaves the previous checkpoint (k before the pointer swap) or the new one
-    (after it), bit-identical; the next save leaves one clean checkpoint."""
+    (after it), bit-identical; the next save leaves one clean checkpoint. The
+    in-process kill gives the same outcomes as the forked one."""
     a = prioritized()
     a.extend(rows(20))
     a.sample(5)
@@ -92,7 +101,7 @@ def test_kill_at_every_filesystem_operation(tmp_path):
     for k in range(1, len(events) + 2):
         path = tmp_path / f"k{k}"
         a.dumps(path)
-        outcome = interrupted_save(Saving(b), path, k, kill=True)
+        outcome = interrupt(Saving(b), path, k, kill=True)
         assert outcome == ("completed" if k > len(events) else "interrupted"), (k, outcome, events)
         loaded = prioritized(seed=99)
         loaded.loads(path)
@@ -103,6 +112,35 @@ def test_kill_at_every_filesystem_operation(tmp_path):
         b.dumps(path)  # the next save succeeds and removes every leftover
         names = sorted(p.name for p in path.iterdir())
         assert names[0] == "CURRENT" and len(names) == 2 and names[1].startswith("ckpt-"), names
+
+
+class DeleteThenWrite(Saving):
+    """Not atomic: removes the previous checkpoint, then writes the new one."""
+
+    def save(self, path):
+        shutil.rmtree(path)
+        self.rb.dumps(path)
+
+
+@INTERRUPTERS
+def test_a_kill_finds_a_save_that_is_not_atomic(tmp_path, interrupt):
+    """The injected kill can fail: a save that deletes the previous
+    checkpoint before writing the new one, killed at some filesystem
+    operation, leaves a folder that does not load."""
+    a, b = prioritized(), prioritized(seed=2)
+    a.extend(rows(5))
+    b.extend(rows(7))
+    broken = []
+    for k in range(1, 40):
+        path = tmp_path / f"k{k}"
+        a.dumps(path)
+        if interrupt(DeleteThenWrite(b), path, k, kill=True) != "interrupted":
+            break
+        try:
+            prioritized(seed=3).loads(path)
+        except Exception:  # noqa: BLE001 - whatever the reader's refusal is
+            broken.append(k)
+    assert broken, "a kill at some operation of a delete-then-write save should leave nothing loadable"
 
 
 def _twin(state) -> ReplayBuffer:

@@ -74,6 +74,11 @@ def test_a_range_note_annotates_its_own_range_only():
         ({"new_priority_value": -1.0}, r"new_priority_value=-1.0, but should be a finite number >= 0"),
         ({"notes": {"colour": "x"}}, r"notes keys=\['colour'\], but should name Conventions fields"),
         ({"notes": {"param_ranges.eps": "x"}}, r"notes keys=\['param_ranges.eps'\], but should name"),
+        ({"nstep_ring": "windows"}, r"Conventions.nstep_ring='windows', but should be one of"),
+        ({"nstep_ring": "completed_windows"},
+         r"incomplete_windows='shorten' with nstep_ring='completed_windows', but should be 'exclude'"),
+        ({"capacity_counts": "episodes"}, r"capacity_counts='episodes', but should be one of"),
+        ({"terminal_next_obs": "nan"}, r"terminal_next_obs='nan', but should be one of"),
     ],
 )
 def test_bad_conventions_are_refused_naming_the_field(kwargs, message):

@@ -389,3 +389,164 @@ def staged_nstep_enters_before_its_window_is_complete():
             "from the last full window's observation", catches=(MATCH, TRUNC, WINDOW), control=staged_nstep)
 def staged_nstep_flush_bootstraps_from_a_stale_observation():
     return _staged("staged_nstep_stale_flush", ("stale_flush",))
+
+
+SLICE_ENDS = f"{T}::test_slice_ends_are_marked_and_episode_ends_keep_their_flags"
+
+
+class _SliceEndsUnmarked:
+    """The reference buffer whose slice samples return every row's stored
+    flags: a slice's end is not marked as the trajectory's break."""
+
+    def __init__(self, buf, bugs: frozenset[str], spec: BufferSpec):
+        self.buf, self.bugs, self.spec = buf, bugs, spec
+
+    def __getattr__(self, name):
+        return getattr(self.buf, name)
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    def sample(self, batch_size: int | None = None):
+        rows, info = self.buf.sample(batch_size)
+        stored = self.buf.contents()[info["index"].cpu()]
+        rows = rows.clone()
+        if "unmarked" in self.bugs:
+            rows["truncated"] = stored["truncated"]
+        if "terminated_cleared" in self.bugs and self.spec.slice_len:  # the end marker over the done flags
+            end = torch.zeros(len(rows), dtype=torch.bool)
+            end[self.spec.slice_len - 1::self.spec.slice_len] = True
+            rows["truncated"] = rows["truncated"] | end
+            rows["terminated"] = rows["terminated"] & ~end
+        return rows, info
+
+
+def _slice_mutant(name: str, bugs: tuple[str, ...]) -> Adapter:
+    from rbcheck.harness.adapters.reference import reference_adapter
+
+    ref = reference_adapter()
+    return Adapter(name=name, version="mutant", make=lambda spec: _SliceEndsUnmarked(ref.make(spec), frozenset(bugs), spec),
+                   capabilities=frozenset({"transitions", "slice"}), conventions=Conventions())
+
+
+@mutant(bug="a slice sample returns the stored truncated flags: a slice that ends before its episode's end "
+            "is not marked, so a value estimator runs on into the next slice", catches=(SLICE_ENDS,),
+        control="reference")
+def slice_ends_not_marked_truncated():
+    return _slice_mutant("slice_ends_unmarked", ("unmarked",))
+
+
+@mutant(bug="a slice sample marks each slice's end truncated over the episode's own flags: a termination at "
+            "a slice's end loses terminated", catches=(SLICE_ENDS,), control="reference")
+def slice_end_marker_clears_terminated():
+    return _slice_mutant("slice_end_clears_terminated", ("terminated_cleared",))
+
+
+# --- eviction="whole_episodes": an episode buffer (RLlib's EpisodeReplayBuffer) ---------------
+
+
+class EpisodeTransitions:
+    """Rows kept whole-episode by whole-episode: capacity counts rows, the
+    oldest episode (by its first row) is dropped whole while more than
+    capacity rows and more than one episode are held; n-step windows over
+    the held rows of each env. With no bug it is a correct buffer (the
+    control); each mutant turns one bug on."""
+
+    def __init__(self, spec: BufferSpec, bugs: frozenset[str]):
+        self.spec, self.bugs = spec, bugs
+        self.rows: list[TensorDict] = []  # held, in write order
+        self.dropped: list[TensorDict] = []
+        self.episode_of_env: dict[int, int] = {}
+        self.next_episode = 0
+        self.written = 0
+        self.gen = torch.Generator().manual_seed(spec.seed)
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        for r in range(len(data)):
+            row = data[r].select(*LAYOUT).to_tensordict()
+            env = int(row["env"])
+            if env not in self.episode_of_env:
+                self.episode_of_env[env] = self.next_episode
+                self.next_episode += 1
+            row.set("uid", torch.tensor(self.episode_of_env[env]))
+            if bool(row["terminated"]) or bool(row["truncated"]):
+                del self.episode_of_env[env]
+            self.written += 1
+            if "drops_new_steps" in self.bugs and len(self.rows) >= self.spec.capacity:
+                continue  # full: the new step is dropped, the episode's older steps kept
+            self.rows.append(row)
+            self._evict()
+        return torch.arange(self.written - len(data), self.written) % self.spec.capacity
+
+    def _evict(self) -> None:
+        if "never_evicts" in self.bugs:
+            return
+        while len(self.rows) > self.spec.capacity and len({int(r["uid"]) for r in self.rows}) > 1:
+            oldest = int(self.rows[0]["uid"])
+            self.dropped += [r for r in self.rows if int(r["uid"]) == oldest]
+            self.rows = [r for r in self.rows if int(r["uid"]) != oldest]
+
+    def add(self, row: TensorDictBase) -> int:
+        return int(self.extend(row.unsqueeze(0))[0])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def cursor(self) -> int:
+        return self.written % self.spec.capacity
+
+    @property
+    def write_count(self) -> int:
+        return self.written
+
+    def contents(self) -> TensorDictBase:
+        return torch.stack(self.rows).exclude("uid") if self.rows else TensorDict({}, [0])
+
+    def sample(self, batch_size: int | None = None):
+        from rbcheck.reference.transitions import Transitions
+
+        held = torch.stack(self.rows).exclude("uid")
+        pool = torch.stack(self.rows + self.dropped).exclude("uid") if "samples_dropped" in self.bugs else held
+        tr = Transitions(held)
+        pick = torch.randint(len(pool), (batch_size,), generator=self.gen).tolist()
+        rows = pool[pick]
+        where = {int(i): t for t, i in enumerate(held["id"].tolist())}
+        n, gamma = self.spec.nstep or 1, self.spec.gamma
+        out = []
+        for i in rows["id"].tolist():
+            t = where.get(int(i), 0)  # a dropped row: the window of the oldest held row
+            out.append(tr.nstep(t, n, gamma))
+        rows["nstep_return"] = torch.tensor([o.ret for o in out], dtype=torch.float64)
+        rows["nstep_discount"] = torch.tensor([o.discount for o in out], dtype=torch.float64)
+        rows["nstep_obs"] = torch.stack([o.obs for o in out])
+        return rows, {"index": rows["id"] % self.spec.capacity}
+
+
+def _episodes_adapter(name: str, bugs: tuple[str, ...] = ()) -> Adapter:
+    conv = Conventions(eviction="whole_episodes")
+    return Adapter(name=name, version="mutant", make=lambda spec: EpisodeTransitions(spec, frozenset(bugs)),
+                   capabilities=frozenset({"transitions", "nstep", "env_id"}), conventions=conv)
+
+
+@control
+def episode_transitions():
+    return _episodes_adapter("episode_transitions")
+
+
+@mutant(bug="eviction='whole_episodes' but the capacity is never enforced: several episodes beyond it",
+        catches=(MATCH,), control=episode_transitions)
+def episodes_never_evicted():
+    return _episodes_adapter("episodes_never_evicted", ("never_evicts",))
+
+
+@mutant(bug="eviction='whole_episodes' but a full buffer drops each new step and keeps the episode's older ones",
+        catches=(MATCH,), control=episode_transitions)
+def episodes_new_steps_dropped():
+    return _episodes_adapter("episodes_new_steps_dropped", ("drops_new_steps",))
+
+
+@mutant(bug="eviction='whole_episodes' but sample still draws rows of the episodes it dropped",
+        catches=(MATCH,), control=episode_transitions)
+def episodes_dropped_rows_sampled():
+    return _episodes_adapter("episodes_dropped_rows_sampled", ("samples_dropped",))

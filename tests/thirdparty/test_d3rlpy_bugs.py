@@ -122,3 +122,18 @@ def test_one_step_episode_ends_at_clip_episode(terminated):
     # step has no next observation in d3rlpy's online path, so it is no transition at all)
     assert not any(o == 0.0 and n == 1.0 for o, n, _ in seen), f"(obs, next obs, terminal) = {seen}"
     assert not terminated or (0.0, 0.0, 1.0) in seen, f"(obs, next obs, terminal) = {seen}"
+
+
+def test_trajectory_slices_pad_the_front_and_read_steps_the_fifo_evicted():
+    """Why d3rlpy's ``BasicTrajectorySlicer`` is no ``slice`` column (docs/findings.md, d3rlpy): a slice ends at
+    a transition drawn from the FIFO, covers the steps before it from the episode's own arrays, held or
+    evicted, and pads the missing front with zeros (``masks`` 0), trajectory_slicers.py:48-98."""
+    from d3rlpy.dataset import BasicTrajectorySlicer
+
+    buffer = replay_buffer(limit=3)
+    buffer.append_episode(episode(5))  # transitions 0..4; the FIFO keeps 2, 3, 4
+    assert [buffer.buffer[i][1] for i in range(buffer.transition_count)] == [2, 3, 4]
+    ep = buffer.buffer[0][0]
+    held = BasicTrajectorySlicer()(ep, 2, 4)  # ends at the oldest held transition
+    assert held.observations[:, 0].tolist() == [0.0, 0.0, 3.0, 6.0]  # padding, then steps 0 and 1 (evicted), 2
+    assert held.masks.tolist() == [0.0, 1.0, 1.0, 1.0]

@@ -212,3 +212,116 @@ def test_stored_rows_do_not_change_when_the_caller_reuses_its_arrays():
     x[:] = -1.0  # the caller reuses its array
     stored = [float(item["x"][0]) for item in buf.get_state()["_storage"]]
     assert stored == [0.0, 1.0, 2.0], stored
+
+
+# --- the new stack's episode buffers (columns rllib-episodes, rllib-episodes-per) ------------
+# Lines of rllib/utils/replay_buffers/episode_replay_buffer.py (erb.py),
+# prioritized_episode_buffer.py (perb.py), rllib/env/single_agent_episode.py (sae.py) and
+# rllib/algorithms/dqn/torch/dqn_torch_learner.py (dqn_learner.py). Samples are taken with
+# DQN's call: sample(num_items, n_step, gamma, sample_episodes=True).
+
+
+class LoopedForever(Exception):
+    pass
+
+
+class DrawLimit:
+    """A generator that raises after ``limit`` draws: a sample that would loop forever ends."""
+
+    def __init__(self, seed: int, limit: int = 10_000):
+        self.rng, self.calls, self.limit = np.random.default_rng(seed), 0, limit
+
+    def random(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls > self.limit:
+            raise LoopedForever(f"{self.limit} draws")
+        return self.rng.random(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.rng, name)
+
+
+def episode(eid: str, length: int, terminated: bool = False, truncated: bool = False):
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    return SingleAgentEpisode(id_=eid, observations=[np.float32(i) for i in range(length + 1)], actions=[0] * length,
+                              rewards=[1.0] * length, terminated=terminated, truncated=truncated,
+                              len_lookback_buffer=0)
+
+
+def episode_buffer(*episodes, prioritized: bool = False, capacity: int = 100):
+    from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer
+    from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
+        PrioritizedEpisodeReplayBuffer,
+    )
+
+    buf = PrioritizedEpisodeReplayBuffer(capacity=capacity) if prioritized else EpisodeReplayBuffer(capacity=capacity)
+    buf.rng = DrawLimit(0)
+    for ep in episodes:
+        buf.add(ep)
+    return buf
+
+
+def nstep_sample(buf, num_items: int, n_step: int):
+    return buf.sample(num_items=num_items, n_step=n_step, gamma=0.5, batch_length_T=0, sample_episodes=True)
+
+
+@bug("a window that runs past the end of a terminated episode is sliced with stop > len (erb.py:942-947) and "
+     "SingleAgentEpisode.slice keeps the episode's terminated flag only when stop == len (sae.py:1484-1486, "
+     ":1579): the last n-1 steps come back terminated=False, so DQN bootstraps them from the terminal "
+     "observation (dqn_learner.py:203-213)")
+def test_window_running_past_a_termination_is_terminated():
+    buf = episode_buffer(episode("a", 3, terminated=True))
+    last_step = [ep for ep in nstep_sample(buf, 64, n_step=2) if ep.t_started == 2]
+    assert last_step and all(ep.is_terminated for ep in last_step), [ep.is_terminated for ep in last_step]
+
+
+@bug("a window shortened at the end of what is held (here: a truncated episode) keeps n_step = n in its "
+     "extra_model_outputs (erb.py:1006-1009): DQN discounts its bootstrap with gamma ** n instead of gamma ** m, "
+     "m the steps actually summed (dqn_learner.py:213)")
+def test_shortened_window_reports_the_steps_it_summed():
+    buf = episode_buffer(episode("a", 3, truncated=True))
+    last_step = [ep for ep in nstep_sample(buf, 64, n_step=3) if ep.t_started == 2]
+    assert last_step
+    assert all(int(ep.get_extra_model_outputs("n_step")[0]) == 1 for ep in last_step), \
+        [int(ep.get_extra_model_outputs("n_step")[0]) for ep in last_step]
+
+
+@bug("sample(num_items=b) counts a window shortened by more than one step as a negative number of items "
+     "(B += (actual_length - episode_ts - (actual_n_step - 1) + 1) or 1, erb.py:1022): with n_step >= 4 it "
+     "returns more than b items (thousands for b = 8)")
+def test_sample_returns_the_number_of_items_asked():
+    buf = episode_buffer(episode("a", 2, terminated=True))
+    assert len(nstep_sample(buf, 8, n_step=4)) == 8
+
+
+@bug("the prioritized buffer resamples every row whose n steps do not fit in its episode (perb.py:495-497): the "
+     "last n-1 steps of every episode, its terminal step among them, are never sampled, though their windows are "
+     "complete (they end the episode)")
+def test_last_steps_of_an_episode_are_sampled():
+    buf = episode_buffer(episode("a", 4, terminated=True), prioritized=True)
+    steps = {ep.t_started for ep in nstep_sample(buf, 200, n_step=2)}
+    assert steps == {0, 1, 2, 3}, steps
+
+
+@bug("when no held row has n steps left in its episode, the prioritized sample resamples forever "
+     "(perb.py:464-497: the loop only ends after num_items accepted draws): no error, no return")
+def test_sample_with_no_full_window_returns_or_raises():
+    buf = episode_buffer(episode("a", 2), prioritized=True)
+    try:
+        nstep_sample(buf, 1, n_step=3)
+    except LoopedForever:
+        raise AssertionError("sample still drawing after 10,000 draws") from None
+    except Exception:  # noqa: BLE001 - a clear refusal would do
+        pass
+
+
+@bug("adding new episodes that alone exceed the capacity: the prioritized buffer evicts before adding and only "
+     "from what it holds (perb.py:232-237), so with two or more new episodes it pops from an empty deque and "
+     "raises IndexError: pop from an empty deque")
+def test_adding_more_new_steps_than_capacity_evicts():
+    buf = episode_buffer(prioritized=True, capacity=4)
+    try:
+        buf.add([episode("a", 3, terminated=True), episode("b", 3, terminated=True)])
+    except IndexError as err:
+        raise AssertionError(f"add raised IndexError: {err}") from None

@@ -318,3 +318,39 @@ def test_sample_never_aliases_a_sample_still_held(sampler):
         pointer = rows_b["obs"].data_ptr()
         del rows_b
         assert var.sample(32)[0]["obs"].data_ptr() == pointer
+
+
+@pytest.mark.parametrize("alpha", [0.6, 2.0])
+def test_one_sync_update_is_the_reference_update_or_declines(alpha):
+    """exact: ``update_priority``'s off-CPU happy path (``_update_one_sync``: its
+    checks read back in one synchronisation; forced on the CPU here) leaves the
+    reference's trees and max priority; on every bad input it declines and
+    changes nothing (the full path then raises the reference's error)."""
+    capacity = 50
+    ref = reference.PrioritizedSampler(capacity, alpha, 0.4)
+    var = variants.PrioritizedSampler(capacity, alpha, 0.4)
+    g = torch.Generator().manual_seed(0)
+    index = torch.randint(0, capacity, (80,), generator=g)  # with repeats
+    prio = torch.rand(80, generator=g, dtype=torch.float64) * 5
+    prio[::7] = 0.0
+    ref.update_priority(index, prio)
+    assert var._update_one_sync(index, prio, off_cpu_only=False)
+    assert torch.equal(var.sum_tree.nodes, ref.sum_tree.nodes)
+    assert torch.equal(var.min_tree.nodes, ref.min_tree.nodes)
+    assert var.max_priority == ref.max_priority
+    big = 1e308 if alpha > 1 else 1.7976931348623157e308  # overflows (alpha > 1), or at the bound
+    bad = [(torch.tensor([-1, 2]), torch.tensor([1.0, 2.0])),
+           (torch.tensor([0, capacity]), torch.tensor([1.0, 2.0])),
+           (torch.tensor([0, 2**62]), torch.tensor([1.0, 2.0])),
+           (torch.tensor([0, 1]), torch.tensor([1.0, math.nan])),
+           (torch.tensor([0, 1]), torch.tensor([math.inf, 1.0])),
+           (torch.tensor([0, 1]), torch.tensor([1.0, -1e-300], dtype=torch.float64)),
+           (torch.tensor([0, 1]), torch.tensor([big, 1.0], dtype=torch.float64)),
+           (torch.tensor([0, 1]), torch.tensor([1, 2])),  # integer priorities: the full path
+           (torch.tensor([[0, 1]]), torch.tensor([[1.0, 2.0]]))]
+    sums, mins, high = var.sum_tree.nodes.clone(), var.min_tree.nodes.clone(), var.max_priority
+    for i, p in bad:
+        assert not var._update_one_sync(i, p, off_cpu_only=False), (i, p)
+        assert torch.equal(var.sum_tree.nodes, sums) and torch.equal(var.min_tree.nodes, mins)
+        assert var.max_priority == high
+    assert not var._update_one_sync(index, prio)  # on the CPU it leaves the work to the C path

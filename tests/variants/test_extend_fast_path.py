@@ -12,6 +12,7 @@ be able to fail (a fast path that drops a generation is caught).
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import pytest
 import torch
@@ -249,3 +250,102 @@ def test_trees_deep_enough_for_shadow_levels_stay_the_references(capacity, progr
                 got, want = getattr(var.sampler, tree).nodes, getattr(ref.sampler, tree).nodes
                 assert torch.equal(got.view(torch.int64), want.view(torch.int64)), f"{tree} after {op}"
         assert_same(ref, fast, slow)
+
+
+def c_transform(p: float, alpha: float, eps: float) -> torch.Tensor:
+    """``rb_extend_prepare``'s transform of one raw priority with libm's pow (float64[1])."""
+    out, high, raw = torch.empty(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), \
+        torch.tensor([p], dtype=torch.float64)
+    block = native.EXTEND_ARGS.pack(0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, out.data_ptr(), 0, high.data_ptr(),
+                                    high.data_ptr(), raw.data_ptr(), 0, eps, 1, alpha)
+    args = ctypes.create_string_buffer(block, len(block))
+    assert native.lib().rb_extend_prepare(ctypes.addressof(args))
+    return out
+
+
+def test_one_row_transform_in_c_is_torchs_bit_for_bit():
+    """A one-row extend transforms its priority in C (libm's pow, what torch's CPU kernel
+    computes for a lone element): the same bits as torch's ``(p + eps) ** alpha`` of a
+    one-element tensor over many magnitudes and exponents; exponents torch special-cases
+    never take that path; and one-row extends take it and keep the reference's trees."""
+    for special in extend_fast._SPECIAL_ALPHA:
+        assert not extend_fast.libm_pow_agrees(special, 1e-8)
+    g = torch.Generator().manual_seed(7)
+    raw = torch.cat([torch.rand(300, generator=g, dtype=torch.float64) * 5,
+                     torch.exp(torch.randn(300, generator=g, dtype=torch.float64) * 40), torch.zeros(1)])
+    for alpha, eps in [(0.6, 1e-8), (0.4, 1e-8), (1.3, 0.0), (0.77, 1e-3)]:
+        assert extend_fast.libm_pow_agrees(alpha, eps)
+        for p in raw.tolist():
+            want = (torch.tensor([p], dtype=torch.float64) + eps) ** alpha
+            got = c_transform(p, alpha, eps)
+            assert torch.equal(got.view(torch.int64), want.view(torch.int64)), f"p={p!r}, alpha={alpha}"
+    ref, fast, _ = three(4, "prioritized", alpha=0.6)
+    for p in raw[::40].tolist():
+        data = flat_rows(1, 0, [p], torch.float64)
+        ref.extend(data)
+        fast.extend(data)
+    assert fast.storage._extend_plan.libm_pow
+    want = ref.sampler.sum_tree.nodes
+    assert torch.equal(fast.sampler.sum_tree.nodes.view(torch.int64), want.view(torch.int64))
+    assert_same(ref, fast)
+
+
+class _OneUlpOff:
+    """The native library with an ``rb_extend_prepare`` whose C transform is one ulp off."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def rb_extend_prepare(self, args):
+        fields = native.EXTEND_ARGS.unpack(ctypes.string_at(args, native.EXTEND_ARGS.size))
+        ok = self._lib.rb_extend_prepare(args)
+        if fields[18]:  # do_pow
+            value = ctypes.c_int64.from_address(fields[11])
+            value.value += 1
+        return ok
+
+
+def test_a_c_transform_that_differs_from_torchs_is_refused_and_caught(monkeypatch):
+    """Controls: the agreement check refuses a C transform one ulp off torch's (so the
+    one-row path keeps torch's pow), and were it not checked the comparison fails."""
+    monkeypatch.setattr(extend_fast, "_agrees", {})
+    monkeypatch.setitem(native._state, "lib", _OneUlpOff(native.lib()))
+    assert not extend_fast.libm_pow_agrees(0.6, 1e-8)
+    ref, fast, _ = three(4, "prioritized")
+    for buf in (ref, fast):
+        buf.extend(flat_rows(2, 0, [1.0, 2.0]))
+        buf.extend(flat_rows(1, 2, [0.7]))
+    assert_same(ref, fast)  # the agreement check kept torch's pow
+    monkeypatch.setattr(extend_fast, "libm_pow_agrees", lambda alpha, eps: True)
+    fast.storage._extend_plan = None
+    ref.extend(flat_rows(1, 3, [0.9]))
+    fast.extend(flat_rows(1, 3, [0.9]))
+    with pytest.raises(AssertionError, match="sampler"):
+        assert_same(ref, fast)
+
+
+@pytest.mark.parametrize("sampler", ["random", "prioritized"])
+def test_concurrent_extends_keep_the_native_block_consistent(sampler):
+    """The native calls release the GIL and read one argument block per storage: extends
+    from several threads take turns (the plan's lock), so each writes its own rows and
+    slots and the count adds up (no torn block: no stray write, no crash)."""
+    _, fast, _ = three(64, sampler)
+    fast.extend(flat_rows(1, 0, [1.0]))
+    slots: list = []
+
+    def work(t):
+        for i in range(100):
+            slots.append(fast.extend(flat_rows(1, 1000 * t + i, [0.5])).tolist())
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert fast.write_count == 401
+    assert sorted(s for (s,) in slots) == sorted((1 + i) % 64 for i in range(400))
+    written = {0} | {1000 * t + i for t in range(4) for i in range(100)}
+    assert set(fast.storage.data["obs"][:, 0].long().tolist()) <= written

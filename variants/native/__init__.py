@@ -58,13 +58,15 @@ SOURCE = Path(__file__).with_name("tree.c")
 #: Every file of the build: tree.c includes tree_update.c (one translation unit).
 SOURCES = (SOURCE, SOURCE.with_name("tree_update.c"))
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
+#: Libraries linked after the source (libm: ``pow``, see ``rb_extend_prepare``).
+LIBS = ("-lm",)
 ABI_VERSION = 14
 #: The argument block of ``rb_extend_prepare`` / ``rb_extend`` (tree_update.c's
 #: ``rb_extend_args``, packed by the caller in one call): n_cols, cols, capacity,
 #: first, n, write_count, generation, index_out, sum, min, size, value, shadow,
 #: high, max_priority, priority, is_float32 (an int64 or an address each; 0 for
-#: NULL), eps (a double).
-EXTEND_ARGS = struct.Struct("=17qd")
+#: NULL), eps (a double), do_pow (an int64), alpha (a double).
+EXTEND_ARGS = struct.Struct("=17qdqd")
 #: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
 SHADOW_MIN_DEPTH = 6
 
@@ -104,7 +106,7 @@ def _build() -> ctypes.CDLL:
         want = os.environ.get("CC") or "cc, gcc or clang"
         raise RuntimeError(f"no C compiler found ({want} not on PATH)")
     source = b"\0".join(path.read_bytes() for path in SOURCES)
-    key = hashlib.sha256(b"\0".join([source, " ".join(cc).encode(), " ".join(FLAGS).encode(),
+    key = hashlib.sha256(b"\0".join([source, " ".join(cc).encode(), " ".join(FLAGS + LIBS).encode(),
                                      sys.platform.encode(), platform.machine().encode()])).hexdigest()[:20]
     folder = cache_dir()
     target = folder / f"rbcheck_tree_{key}.so"
@@ -116,7 +118,7 @@ def _build() -> ctypes.CDLL:
         except OSError as err:
             raise RuntimeError(f"cannot write the build cache {folder}: {err}") from err
         try:
-            done = subprocess.run([*cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True,
+            done = subprocess.run([*cc, *FLAGS, "-o", tmp, str(SOURCE), *LIBS], capture_output=True,
                                   text=True, errors="replace", timeout=120)
             if done.returncode != 0:
                 raise RuntimeError(f"{' '.join(cc)} failed (exit {done.returncode}): "

@@ -310,9 +310,11 @@ typedef struct {
     const void *priority;   /* the raw priorities (NULL: the max priority) */
     int64_t is_float32;     /* raw priorities float32 (else float64) */
     double eps;
+    int64_t do_pow;         /* rb_extend_prepare finishes the transform with libm's pow */
+    double alpha;
 } rb_extend_args;
 
-typedef char rb_extend_args_is_packed[sizeof(rb_extend_args) == 18 * 8 ? 1 : -1];
+typedef char rb_extend_args_is_packed[sizeof(rb_extend_args) == 20 * 8 ? 1 : -1];
 
 int64_t rb_extend_args_size(void) { return (int64_t)sizeof(rb_extend_args); }
 
@@ -322,15 +324,22 @@ int64_t rb_extend_args_size(void) { return (int64_t)sizeof(rb_extend_args); }
  * and *high the larger of *max_priority and their maximum. Returns 1 when
  * every raw priority is finite and >= 0, else 0 (nothing promised of value
  * and *high; the caller's full path reports what is wrong). Nothing is
- * committed: rb_extend does, once the caller's pow has shown that no
- * transform overflows. */
+ * committed: rb_extend does, once the pow has shown that no transform
+ * overflows.
+ *
+ * do_pow: then value[i] = pow(raw[i] + eps, alpha) here, with libm's pow:
+ * what torch's CPU pow kernel computes for an element outside its vector
+ * loop (std::pow, the same libm in the same process). The caller sets it
+ * only where that is every element (one row: torch's loop vectorizes pairs
+ * of vectors only) and for an alpha torch does not special-case (0, 1, 2,
+ * 3, 0.5, -0.5, -1, -2), after checking the two agree (extend_fast.py). */
 int64_t rb_extend_prepare(const rb_extend_args *x)
 {
     double high = *x->max_priority, eps = x->eps, *out = x->value;
     int64_t n = x->n;
     if (!x->priority) {
         double v = high + eps;
-        for (int64_t i = 0; i < n; i++) out[i] = v;
+        for (int64_t i = 0; i < n; i++) out[i] = x->do_pow ? pow(v, x->alpha) : v;
         *x->high = high;
         return 1;
     }
@@ -344,6 +353,8 @@ int64_t rb_extend_prepare(const rb_extend_args *x)
         out[i] = v + eps;
     }
     *x->high = high;
+    if (x->do_pow)
+        for (int64_t i = 0; i < n; i++) out[i] = pow(out[i], x->alpha);
     return ok;
 }
 

@@ -1309,7 +1309,8 @@ def merge(report: dict, new: dict, ops) -> dict:
     ops = list(ops)
     for key in ("ratios", "baselines"):
         report[key] = [r for r in report[key] if r["op"] not in ops] + new[key]
-    report.setdefault("remeasured", []).append(
+    report["remeasured"] = [m for m in report.get("remeasured", []) if not set(m["ops"]) <= set(ops)]  # all replaced
+    report["remeasured"].append(
         {"ops": ops, "date": new["date"], "commit": new["commit"], "runs": new["sizes"]["runs"],
          "load_average": new["machine"]["load_average"], "checks_passed": new["checks_passed"]})
     return report

@@ -167,6 +167,7 @@ def test_ops_re_measures_some_rows_and_keeps_the_others():
     assert sorted((r["op"], r["run"]) for r in merged["ratios"]) == sorted((r["op"], r["run"]) for r in report["ratios"])
     assert [r for r in merged["ratios"] if r["op"] == "save"] == [r for r in again["ratios"] if r["op"] == "save"]
     assert "`save`, `load`: re-measured on" in P.render(merged)
+    assert len(P.merge(merged, again, ["save", "load"])["remeasured"]) == 1  # the replaced record goes
 
 
 def test_checkpoint_costs_time_every_part_and_render():

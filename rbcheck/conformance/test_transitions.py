@@ -174,11 +174,16 @@ def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
             rows, _ = buf.sample(batch)
         except Exception:  # noqa: BLE001 - any refusal will do: no held row has a complete window
             return None, None
+        if len(rows) == 0:  # an empty answer will do too
+            return None, None
     else:
         try:
             rows, _ = buf.sample(batch)
         except Exception as err:  # noqa: BLE001 - a refusal while rows are held is the failure to report
             fail(f"buf.sample({batch})", f"{type(err).__name__}: {err}",
+                 f"{batch} rows: the buffer holds the rows {oracle.held['id'].tolist()}", trace)
+        if len(rows) == 0:
+            fail(f"rows in buf.sample({batch})", 0,
                  f"{batch} rows: the buffer holds the rows {oracle.held['id'].tolist()}", trace)
     return rows, oracle.positions(rows, trace)
 

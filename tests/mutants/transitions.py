@@ -159,6 +159,8 @@ class SlotTransitions:
             rows["nstep_obs"] = torch.stack(boot)
             if "obs_shifted_by_nstep" in self.bugs:  # ray PR #18358: OBS shared with NEXT_OBS
                 rows["obs"] = rows["nstep_obs"].clone()
+        if "empty_sample" in self.bugs:  # answers with no row while rows are held
+            return rows[:0], {"index": index[:0]}
         return rows, {"index": index}
 
 
@@ -188,6 +190,12 @@ def slot_transitions_excluding():
 
 
 # mutants, one per real bug
+
+
+@mutant(bug="sample() answers with an empty batch while rows are held (no error, no row)",
+        catches=(MATCH, TRUNC, WINDOW), control=slot_transitions)
+def empty_sample_while_rows_are_held():
+    return _adapter("empty_sample", ("empty_sample",))
 
 
 @mutant(bug="optimize_memory_usage with timeouts: a truncated step's next obs is the next episode's first obs",

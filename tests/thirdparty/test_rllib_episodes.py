@@ -1,6 +1,6 @@
 """The adapter of RLlib's episode buffers (ray 2.60.0, columns
 ``rllib-episodes`` and ``rllib-episodes-per``): its own checks, passing.
-With n = 1 no window is shortened (RLlib's bugs R15-R19 need n > 1), so
+With n = 1 no window is shortened (RLlib's bugs RE1-RE5 of docs/findings.md need n > 1), so
 every sampled row must equal the oracle's: what the adapter feeds and reads
 back is RLlib's own data. Skipped where RLlib is not installed: ``nox -s
 thirdparty``."""
@@ -60,7 +60,7 @@ def test_capacity_evicts_whole_episodes_through_the_adapter():
 
 def test_prioritized_n_step_values_are_right_where_it_samples():
     """n = 2: the rows the prioritized buffer does sample (those with two steps left in their episode,
-    R18) carry the oracle's return, discount and bootstrap observation, terminated and truncated ends
+    RE4) carry the oracle's return, discount and bootstrap observation, terminated and truncated ends
     included."""
     ends = [NONE] * 5 + [TERMINATED] + [NONE] * 3 + [TRUNCATED] + [NONE] * 3
     stream = Stream(1, tuple((e,) for e in ends))

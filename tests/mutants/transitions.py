@@ -482,6 +482,9 @@ class EpisodeTransitions:
             self.written += 1
             if "drops_new_steps" in self.bugs and len(self.rows) >= self.spec.capacity:
                 continue  # full: the new step is dropped, the episode's older steps kept
+            if ("drops_new_episodes" in self.bugs and len(self.rows) >= self.spec.capacity
+                    and int(row["uid"]) not in {int(r["uid"]) for r in self.rows}):
+                continue  # full: a new episode's steps are dropped, the held (older) episodes kept
             self.rows.append(row)
             self._evict()
         return torch.arange(self.written - len(data), self.written) % self.spec.capacity
@@ -558,3 +561,9 @@ def episodes_new_steps_dropped():
         catches=(MATCH,), control=episode_transitions)
 def episodes_dropped_rows_sampled():
     return _episodes_adapter("episodes_dropped_rows_sampled", ("samples_dropped",))
+
+
+@mutant(bug="eviction='whole_episodes' but a full buffer drops new episodes whole and keeps the oldest ones",
+        catches=(MATCH,), control=episode_transitions)
+def episodes_new_episodes_dropped():
+    return _episodes_adapter("episodes_new_episodes_dropped", ("drops_new_episodes",))

@@ -190,7 +190,7 @@ def ray(session: nox.Session) -> None:
     this machine (loopback only, this machine's cores, no dashboard): the
     concurrency properties and the adapter's tests (tests/ray), then the Ray
     benchmark in smoke mode. Each command is bounded (RAY_TIMEOUT_S) and shuts
-    Ray down when it ends. CI runs it after `nox -s tests`."""
+    Ray down when it ends. CI (.ci/run) runs it beside `nox -s tests`."""
     install(session, "test", "torchrl", "ray")
     ensure_torchrl_extension(session)  # the served buffer's prioritized sampler needs it
     session.env.setdefault("RBCHECK_PROFILE", "ci")

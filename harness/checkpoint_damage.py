@@ -220,7 +220,12 @@ def interrupted_save_here(buf, path: Path, at: int, kill: bool) -> str:
     own buffers is not there), the save is stopped, and once it has
     returned the folder is put back exactly as copied, undoing whatever the
     save's error handling did after the kill. Otherwise the operation raises
-    OSError and the save's own handling of it is what stays."""
+    OSError and the save's own handling of it is what stays.
+
+    It rewrites the whole of ``path.parent``: call it only on a path in a
+    scratch folder of its own (the properties use pytest's ``tmp_path``).
+    Unlike the forked save, the buffer keeps whatever the interrupted save
+    did to it, and a save that hangs is not stopped."""
     folder = path.parent
     snapshot = Path(tempfile.mkdtemp(prefix="rbcheck-kill-"))
 

@@ -205,9 +205,11 @@ class Conventions:
       counts timesteps and the oldest episodes are dropped whole, so fewer
       rows may be held, or more while a single episode is held). Checked in
       its own terms: the rows the buffer reports holding (``contents()["id"]``)
-      are, for each episode, a run of its newest steps; more than
-      ``capacity`` of them belong to one episode; and every sampled row is
-      one of them, with windows over the held rows.
+      are, for each episode, a run of its newest steps; every episode with a
+      dropped row began before the first held row of every held episode (the
+      oldest are the ones dropped); more than ``capacity`` of them only while
+      they belong to one episode; and every sampled row is one of them, with
+      windows over the held rows.
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.

@@ -37,14 +37,23 @@ Without the native library (or with a sampler whose trees run Triton's
 interpreter) ``_try_extend_torch`` does the same with torch copies
 (``ring_slices``), the trees through ``PrioritizedSampler._update_native``.
 
-Profiled after (one row, obs float32[8], action float32[2], reward float32[1],
-one torch thread, a busy 2-core machine, medians): a uniform ``extend`` of one
-row ~9 us, of which the per-column layout checks ~2.5 us (dtype, shape, device,
-contiguity, address: ~0.8 us per column), the returned slot tensor ~1.5 us,
-device and generation checks ~0.7 us, packing the arguments ~0.65 us, the
-native call ~0.45 us, the writer's and storage's counters ~0.7 us; a
-prioritized one adds the priority checks, ``rb_extend_prepare`` and torch's
-``pow`` (~2 us, the only torch op: kept for the reference's bits).
+A one-row prioritized extend whose ``alpha`` torch does not special-case
+does the transform in ``rb_extend_prepare`` too, with libm's ``pow``: what
+torch's CPU ``pow`` kernel computes for an element outside its vector loop
+(one element always is), used only after ``libm_pow_agrees`` found the two
+equal bit for bit on 65 probe priorities; torch's ``pow`` otherwise.
+
+Profiled after (one row, obs float32[8], action float32[2], reward
+float32[1], 2^20 slots, one torch thread, a busy 2-core machine, medians;
+"cold": after 32 MiB of unrelated writes): a uniform ``extend`` of one row
+~7 us called in a loop (stable-baselines3's ``add``: ~8.5 us), ~9 us
+interleaved with it (its ``add``: ~11 us), 165-195 us cold (its ``add``:
+140-150 us). Of that, the slot tensor returned (the reference's API) ~2 us
+(~45 us cold: a torch allocation), the layout checks (dtype, shape, device,
+contiguity per column) ~1.7 us (~13 us cold), the native call ~0.5 us; the
+rest is Python (attribute reads, the block's fields, the counters). A
+prioritized one row: ~9 us in a loop, ~22 us interleaved with cpprb's ``add``
+(~68 us), ~190 us cold (cpprb ~285 us).
 
 Applies to ``DeviceStorage`` on the CPU, ``DeviceWriter`` and the variants'
 ``RandomSampler`` / ``PrioritizedSampler`` (CPU trees), for
@@ -196,6 +205,9 @@ class _Plan:
         return self.priority[1]
 
 
+_INT64 = torch.empty(0, dtype=torch.int64)
+
+
 def _no_plan() -> None:
     return None
 
@@ -294,7 +306,7 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
         if not value.is_contiguous():
             return _try_extend_torch(buffer, data)
         block[slot] = value.data_ptr()
-    index = torch.empty(n, dtype=torch.int64)
+    index = _INT64.new_empty(n)  # the slots returned (new_empty: a shorter torch path than empty)
     count, first = writer.write_count, writer.cursor
     block[_FIRST], block[_N], block[_COUNT], block[_INDEX] = first, n, count, index.data_ptr()
     if prioritized:

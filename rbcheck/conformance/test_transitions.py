@@ -109,10 +109,11 @@ def held_whole_episodes(rows: TensorDict, spec, buf, trace: Trace) -> list[int]:
     """Under ``eviction="whole_episodes"``: the ids of the rows the buffer
     reports holding (``contents()["id"]``), checked in the convention's
     terms: each held episode's rows are its newest steps (dropped from the
-    oldest end, never from the middle), more than ``capacity`` rows only
-    while one episode is held, no row twice. A held row's successors in its
-    episode are then held too, so its window over every row written is its
-    window over the held rows."""
+    oldest end, never from the middle), every episode with a dropped row
+    began before the first held row of every held episode (the oldest are
+    dropped), more than ``capacity`` rows only while one episode is held, no
+    row twice. A held row's successors in its episode are then held too, so
+    its window over every row written is its window over the held rows."""
     trace.op("held = buf.contents()['id']")
     ids = buf.contents()["id"].cpu().reshape(-1).long()
     if len(ids) == 0 or ((ids < 0) | (ids >= len(rows))).any() or len(set(ids.tolist())) != len(ids):
@@ -128,6 +129,17 @@ def held_whole_episodes(rows: TensorDict, spec, buf, trace: Trace) -> list[int]:
             fail(f"rows of episode {ep} held", kept.tolist(),
                  f"its newest {len(kept)} steps {written[len(written) - len(kept):].tolist()} "
                  "(eviction='whole_episodes': an episode is dropped from its oldest end, whole)", trace)
+    dropped = torch.ones(len(rows), dtype=torch.bool)
+    dropped[ids] = False
+    if dropped.any():  # the oldest episodes are the ones dropped: each began before every held episode's rows
+        first_held = {ep: int(ids[held["episode"] == ep][0]) for ep in held["episode"].unique().tolist()}
+        newest_dropped = max(episode[dropped].unique().tolist(), key=lambda ep: int((episode == ep).nonzero()[0]))
+        began = int((episode == newest_dropped).nonzero()[0])
+        younger = sorted(ep for ep, first in first_held.items() if first <= began)
+        if younger:
+            fail(f"held episodes whose first held row is before episode {newest_dropped}'s first row {began}, "
+                 f"which has dropped rows", younger,
+                 "none (eviction='whole_episodes': the oldest episodes are the ones dropped)", trace)
     if len(held) > spec.capacity and len(held["episode"].unique()) > 1:
         fail(f"rows held with capacity={spec.capacity}", len(held),
              f"at most {spec.capacity}, or one episode (eviction='whole_episodes'); held episodes "
@@ -162,11 +174,16 @@ def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
             rows, _ = buf.sample(batch)
         except Exception:  # noqa: BLE001 - any refusal will do: no held row has a complete window
             return None, None
+        if len(rows) == 0:  # an empty answer will do too
+            return None, None
     else:
         try:
             rows, _ = buf.sample(batch)
         except Exception as err:  # noqa: BLE001 - a refusal while rows are held is the failure to report
             fail(f"buf.sample({batch})", f"{type(err).__name__}: {err}",
+                 f"{batch} rows: the buffer holds the rows {oracle.held['id'].tolist()}", trace)
+        if len(rows) == 0:
+            fail(f"rows in buf.sample({batch})", 0,
                  f"{batch} rows: the buffer holds the rows {oracle.held['id'].tolist()}", trace)
     return rows, oracle.positions(rows, trace)
 

@@ -12,8 +12,12 @@ What a warm run shares with the runs before it in the same worker: the
 imported modules (each property receives its implementation through the
 ``impl`` fixture, never a module global, so nothing of a mutant stays behind)
 and Hypothesis' shrink limit, which the worker puts back after each run. A
-worker that crashes or overruns its timeout is killed and replaced; the
-request reports the crash (exit status < 0) instead of hanging the pool.
+worker that crashes, overruns its timeout, is gone before a request or
+answers something else is killed and replaced; the request reports it (exit
+status < 0) instead of hanging the pool. Between runs the worker's fd 1 is
+``/dev/null``: output a run leaves behind (a thread still printing) never
+reaches the channel the answers come back on. tests/meta/test_warm.py
+checks each of these.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from pathlib import Path
 WORKER = r"""
 import json, os, sys, traceback
 answer = os.fdopen(os.dup(1), "w", buffering=1)
+null = os.open(os.devnull, os.O_WRONLY)  # fd 1 between runs: what a run leaves behind never reaches answer
+os.dup2(null, 1)
+os.close(null)
 import pytest, torch  # noqa: F401 - the start-up every run would pay
 import hypothesis.internal.conjecture.engine as engine
 import rbcheck.harness.adapters  # noqa: F401
@@ -69,8 +76,12 @@ class _Worker:
     def run(self, args: list[str], cwd: Path, log: Path, timeout: float) -> int:
         """The run's exit status; raises TimeoutError or RuntimeError (the
         worker died) after which this worker is not used again."""
-        self.proc.stdin.write(json.dumps({"args": args, "cwd": str(cwd), "log": str(log)}) + "\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps({"args": args, "cwd": str(cwd), "log": str(log)}) + "\n")
+            self.proc.stdin.flush()
+        except OSError as err:  # the worker died between runs (a broken pipe)
+            raise RuntimeError(f"warm pytest worker gone before the run (exit status {self.proc.poll()}): "
+                               f"{err}") from err
         box: list[str] = []
         reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)
         reader.start()
@@ -81,7 +92,10 @@ class _Worker:
         if not box or not box[0]:
             code = self.proc.wait()
             raise RuntimeError(f"warm pytest worker died with exit status {code}")
-        return json.loads(box[0])["rc"]
+        try:
+            return int(json.loads(box[0])["rc"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise RuntimeError(f"warm pytest worker answered {box[0]!r}, but should be {{'rc': exit status}}") from err
 
     def close(self) -> None:
         if self.proc.poll() is None:

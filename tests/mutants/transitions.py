@@ -159,6 +159,8 @@ class SlotTransitions:
             rows["nstep_obs"] = torch.stack(boot)
             if "obs_shifted_by_nstep" in self.bugs:  # ray PR #18358: OBS shared with NEXT_OBS
                 rows["obs"] = rows["nstep_obs"].clone()
+        if "empty_sample" in self.bugs:  # answers with no row while rows are held
+            return rows[:0], {"index": index[:0]}
         return rows, {"index": index}
 
 
@@ -188,6 +190,12 @@ def slot_transitions_excluding():
 
 
 # mutants, one per real bug
+
+
+@mutant(bug="sample() answers with an empty batch while rows are held (no error, no row)",
+        catches=(MATCH, TRUNC, WINDOW), control=slot_transitions)
+def empty_sample_while_rows_are_held():
+    return _adapter("empty_sample", ("empty_sample",))
 
 
 @mutant(bug="optimize_memory_usage with timeouts: a truncated step's next obs is the next episode's first obs",
@@ -474,6 +482,9 @@ class EpisodeTransitions:
             self.written += 1
             if "drops_new_steps" in self.bugs and len(self.rows) >= self.spec.capacity:
                 continue  # full: the new step is dropped, the episode's older steps kept
+            if ("drops_new_episodes" in self.bugs and len(self.rows) >= self.spec.capacity
+                    and int(row["uid"]) not in {int(r["uid"]) for r in self.rows}):
+                continue  # full: a new episode's steps are dropped, the held (older) episodes kept
             self.rows.append(row)
             self._evict()
         return torch.arange(self.written - len(data), self.written) % self.spec.capacity
@@ -550,3 +561,9 @@ def episodes_new_steps_dropped():
         catches=(MATCH,), control=episode_transitions)
 def episodes_dropped_rows_sampled():
     return _episodes_adapter("episodes_dropped_rows_sampled", ("samples_dropped",))
+
+
+@mutant(bug="eviction='whole_episodes' but a full buffer drops new episodes whole and keeps the oldest ones",
+        catches=(MATCH,), control=episode_transitions)
+def episodes_new_episodes_dropped():
+    return _episodes_adapter("episodes_new_episodes_dropped", ("drops_new_episodes",))

@@ -26,18 +26,20 @@ from rbcheck.harness.transition_streams import transition_setups  # noqa: E402
 
 
 def full_length(oracle: Oracle, n: int) -> list[bool]:
-    """Per held row: whether ``n - 1`` more rows of its env are held after it."""
+    """Per held row (by held position): whether ``n - 1`` more rows of its
+    env are held after it (``oracle.tr`` links every row written, by id; a
+    later row of a held row's env is held too)."""
     out = []
-    for t in range(len(oracle.tr)):
-        p, k = t, 1
-        while k < n and oracle.tr.successor[p] is not None:
-            p, k = oracle.tr.successor[p], k + 1
+    for row in oracle.held["id"].tolist():
+        k = 1
+        while k < n and oracle.tr.successor[row] is not None:
+            row, k = oracle.tr.successor[row], k + 1
         out.append(k == n)
     return out
 
 
 @pytest.mark.parametrize("name", ["flashbax-trajectory", "flashbax-trajectory-per"])
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_windows_inside_the_documented_limits_match_the_oracle(name, data):
     impl = load_adapter(name)

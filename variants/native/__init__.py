@@ -20,7 +20,11 @@ and float32 conversion, the row gathers of a sample (``gather_rows``, from
 row-major columns or fields of interleaved rows), a ring writer's
 generations at sampled slots (``ring_generation``, arithmetic) and the
 happy-path checks of indices and priorities (and, after torch's pow, that no
-transform overflowed). The descent is level-synchronous
+transform overflowed), and an ``extend``'s whole write (``rb_extend_prepare``
+then ``rb_extend``, their arguments in one ``EXTEND_ARGS`` block: the
+priorities' checks and transform, both trees' ranges, the max priority, the
+rows into the storage's interleaved rows, the generations and the slots;
+see ``extend_fast.py``). The descent is level-synchronous
 over the batch with software prefetch, three levels per pass; on the bottom
 six levels a pass reads one cache line of eight nodes and recomputes the two
 levels above them (bit-identical sums): bound by cache misses, not by

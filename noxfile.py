@@ -59,7 +59,7 @@ def tests(session: nox.Session) -> None:
                               for variant in VARIANTS])
     try:
         session.run("pytest", "bench/micro", "--benchmark-disable", "-q", "-p", "no:cacheprovider")
-        session.run("pytest")
+        session.run("pytest", "--durations=40")  # the slowest tests, to keep CI within its budget
     finally:
         beside.finish()
 

@@ -154,7 +154,7 @@ def test_plot_refuses_a_run_without_sample_benchmarks(tmp_path):
 
 def test_grid_sizes_and_mode():
     smoke = wl.sizes(wl.OPERATIONS["sample_random"], "smoke")
-    assert smoke == [(2**16, 256, 8)]
+    assert smoke == [(2**10, 256, 8)]
     default = wl.sizes(wl.OPERATIONS["sample_random"], "default")
     assert {c for c, _, _ in default} == {2**16, 2**20} and {b for _, b, _ in default} == {256, 4096, 65536}
     assert {b for _, b, _ in wl.sizes(wl.OPERATIONS["save"], "default")} == {256}  # no batch dimension

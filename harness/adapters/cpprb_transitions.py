@@ -57,13 +57,17 @@ class CpprbNextOf(OwnRandomness):
         self.written = 0
         self.stream = GlobalNumpyStream(spec.seed)
 
+    #: the stored flags: termination as "done", truncation as "trunc"
+    FLAGS = ("done", "trunc")
+
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         not_applicable(data)
         start = self.written
         for row in data.unbind(0):
             term, trunc = bool(row["terminated"]), bool(row["truncated"])
+            flags = {"done": float(term), "trunc": float(trunc)}
             self.rb.add(obs=row["obs"].numpy(), act=row["action"].numpy(), rew=float(row["reward"]),
-                        next_obs=row["next_obs"].numpy(), done=float(term), trunc=float(trunc))
+                        next_obs=row["next_obs"].numpy(), **{k: flags[k] for k in self.FLAGS})
             if term or trunc:
                 self.rb.on_episode_end()
             self.written += 1
@@ -179,17 +183,8 @@ class CpprbNstep(CpprbNextOf):
         self.written = 0
         self.stream = GlobalNumpyStream(spec.seed)
 
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        not_applicable(data)
-        start = self.written
-        for row in data.unbind(0):
-            term, trunc = bool(row["terminated"]), bool(row["truncated"])
-            self.rb.add(obs=row["obs"].numpy(), act=row["action"].numpy(), rew=float(row["reward"]),
-                        next_obs=row["next_obs"].numpy(), done=float(term))
-            if term or trunc:
-                self.rb.on_episode_end()
-            self.written += 1
-        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
+    #: no truncation field: a truncation only ends the episode (on_episode_end)
+    FLAGS = ("done",)
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)

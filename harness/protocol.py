@@ -118,7 +118,7 @@ SAMPLING_SCHEMES = ("independent", "stratified")
 #: row; next_obs is the true next observation, or the final one at an episode's end).
 TRANSITION_FIELDS = ("obs", "action", "reward", "terminated", "truncated", "next_obs")
 NSTEP_FORMS = ("return", "window")
-INCOMPLETE_WINDOWS = ("shorten", "exclude")
+INCOMPLETE_WINDOWS = ("shorten", "exclude", "exclude_until_n_steps")
 TERMINAL_FLAGS = ("terminated", "done")
 PRIORITY_DTYPES = (torch.float64, torch.float32)
 #: What an n-step buffer's capacity counts: env steps (spec) or rows whose
@@ -169,6 +169,13 @@ class Conventions:
       (it reaches the newest row of its env before n steps and before the
       episode's end) is ``"shorten"``-ed (spec: the window stops at the newest
       row and bootstraps from its next_obs) or ``"exclude"``-d (never sampled).
+      ``"exclude_until_n_steps"``: a buffer of fixed-length sequences (flashbax)
+      samples a slot only once ``n`` steps of its env, from it on, are held,
+      even where its episode's end completed its window earlier; so where
+      ``n > capacity // num_envs`` nothing can ever be sampled, and the buffer
+      may refuse to be built (any exception from ``make``; a refusal for a
+      smaller ``n`` is a failure). Every other slot is still checked as
+      excluded: sampling one fails.
     * ``terminal_flag``: what the returned ``terminated`` means and what turns
       bootstrapping off: ``"terminated"`` (spec; a truncated step bootstraps
       from its own final observation) or ``"done"`` (terminated or truncated:

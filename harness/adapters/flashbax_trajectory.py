@@ -73,9 +73,10 @@ Mapping of the spec (``BufferSpec``) to flashbax:
   returned ``id`` (the stream's write order; flashbax returns no indices).
   A start is drawn among the ``max_time - L + 1`` starts whose sequence
   ends at or before the newest step (:196-204, ``period=1``): a step within
-  ``L - 1`` of the newest one of its env is not sampled yet
-  (``incomplete_windows="exclude"``; so is a complete window that ends
-  its episode there, until ``L - 1`` more steps are written).
+  ``L - 1`` of the newest one of its env is not sampled yet, even a
+  complete window that ends its episode there, until ``L - 1`` more steps
+  are written (``incomplete_windows="exclude_until_n_steps"``; with the
+  construction's refusal of ``L > capacity // E``, the properties check both).
 
 The boundary, and what it costs: rows go in as NumPy views of the torch
 tensors turned into JAX arrays (``jnp.asarray``: one host copy), reshaped
@@ -255,8 +256,9 @@ class FlashbaxTrajectoryBuffer(OwnRandomness):
         raise NotImplementedError("flashbax's trajectory buffer is uniform (capability 'prioritized' is not declared)")
 
 
-SEQUENCE_NOTE = (f"a step within sample_sequence_length - 1 of the newest step of its env is not a valid start "
-                 f"({SRC} buffers/trajectory_buffer.py:196-204)")
+SEQUENCE_NOTE = (f"a step within sample_sequence_length - 1 of the newest step of its env is not a valid start, "
+                 f"even where its episode ended earlier ({SRC} buffers/trajectory_buffer.py:196-204, :238-243), "
+                 f"and a sequence longer than one env's ring is refused at construction (:339-342)")
 
 
 def _adapter(name: str, *, pairs: bool, prioritised: bool = False) -> Adapter:
@@ -271,7 +273,7 @@ def _adapter(name: str, *, pairs: bool, prioritised: bool = False) -> Adapter:
         caps = {"transitions", "env_id"}
     else:
         conventions = Conventions(
-            transition_fields=STEP_KEYS, nstep_form="window", incomplete_windows="exclude",
+            transition_fields=STEP_KEYS, nstep_form="window", incomplete_windows="exclude_until_n_steps",
             notes={
                 "transition_fields": "the sequence's first step; its next step is the next episode's first at "
                                      f"an episode's end ({README}, 'Sequential Data Addition')",

@@ -19,139 +19,35 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from tensordict import TensorDict
 
 from rbcheck.harness.assertions import Trace, fail
+from rbcheck.harness.transition_oracle import EXCLUDING, Oracle, never_sampleable
 from rbcheck.harness.transition_streams import Stream, transition_setups
-from rbcheck.reference.transitions import Transitions
 
 pytestmark = [pytest.mark.requires("transitions"),
               pytest.mark.conventions("transition_fields", "nstep_form", "incomplete_windows", "terminal_flag",
                                       "nstep_ring", "capacity_counts", "terminal_next_obs")]
 
 
-class Oracle:
-    """The expected value of every held row, by position (0 = oldest held).
-
-    Windows are walked over every row written (``self.tr``, write order =
-    row id); under the spec a ring holds the last ``capacity`` rows, so a
-    held row's window only reaches held rows, exactly as over the held rows
-    alone. Under ``nstep_ring="completed_windows"`` it holds the last
-    ``capacity`` rows whose window is complete, in the order they completed,
-    and a window may reach rows written after the ring's newest. Under
-    ``capacity_counts="complete_transitions"`` (no ``nstep``) it holds the
-    last ``capacity`` steps whose transitions are complete
-    (:meth:`Stream.held`)."""
-
-    def __init__(self, stream: Stream, spec, conventions, buf=None, trace: Trace | None = None):
-        self.spec, self.conv = spec, conventions
-        if spec.nstep and conventions.capacity_counts != "rows":
-            raise ValueError(f"Conventions.capacity_counts={conventions.capacity_counts!r} with spec.nstep="
-                             f"{spec.nstep}, but should be 'rows': n-step windows over complete transitions "
-                             f"are not defined")
-        self.rows = stream.rows()
-        self.tr = Transitions(self.rows)
-        total = len(self.tr)
-        self.written = total - 1  # the newest row written (the write cursor is after it)
-        n = spec.nstep
-        if conventions.eviction == "whole_episodes":
-            held_ids = held_whole_episodes(self.rows, spec, buf, trace)
-        elif n and conventions.nstep_ring == "completed_windows":
-            done = [(self.tr.window(t, n)[-1], t) for t in range(total) if self.tr.complete(t, n)]
-            held_ids = sorted(t for _, t in sorted(done)[-spec.capacity:])
-        elif conventions.capacity_counts == "complete_transitions":
-            held_ids = stream.held(spec.capacity, conventions.capacity_counts)["id"].tolist()
-        else:
-            held_ids = list(range(max(0, total - spec.capacity), total))
-        ids = torch.tensor(held_ids, dtype=torch.long)
-        self.held = self.rows[ids]
-        self.size = len(held_ids)
-        self.position = torch.full((total,), -1, dtype=torch.long)  # row id -> held position, -1 if not held
-        self.position[ids] = torch.arange(self.size)
-        done_flag = conventions.terminal_flag == "done"
-        self.flag = self.held["terminated"] | (self.held["truncated"] if done_flag else False)
-        self.next_obs = self.held["next_obs"]
-        if conventions.terminal_next_obs == "zeros":
-            self.next_obs = torch.where(self.held["terminated"][:, None], torch.zeros_like(self.next_obs),
-                                        self.next_obs)
-        if n:
-            gamma = spec.gamma
-            ns = [self.tr.nstep(t, n, gamma, conventions.terminal_flag) for t in held_ids]
-            self.ret = torch.tensor([x.ret for x in ns], dtype=torch.float64)
-            self.discount = torch.tensor([x.discount for x in ns], dtype=torch.float64)
-            self.length = torch.tensor([x.length for x in ns])
-            self.boot = torch.stack([x.obs for x in ns]) if ns else self.next_obs[:0]
-            self.complete = torch.tensor([self.tr.complete(t, n) for t in held_ids], dtype=torch.bool)
-            self.window = torch.full((self.size, n), -1, dtype=torch.long)  # row ids, -1 after the end
-            for p, t in enumerate(held_ids):
-                w = self.tr.window(t, n)
-                self.window[p, : len(w)] = torch.tensor(w)
-
-    def positions(self, rows, trace: Trace) -> torch.Tensor:
-        if "id" not in rows.keys():
-            fail("keys of a transitions sample", sorted(map(str, rows.keys())), "to include 'id'", trace)
-        ids = rows["id"].cpu().reshape(-1).long()
-        p = self.position[ids.clamp(0, self.written)]
-        bad = (ids < 0) | (ids > self.written) | (p < 0)
-        if bad.any():
-            held = self.held["id"].tolist()
-            ring = "" if self.conv.nstep_ring == "steps" else f" (nstep_ring={self.conv.nstep_ring!r})"
-            if self.conv.capacity_counts != "rows":
-                ring = (f" (capacity_counts={self.conv.capacity_counts!r}: the last {self.spec.capacity} steps "
-                        f"whose transitions are complete)")
-            ring += "" if self.conv.eviction == "ring" else f" (eviction={self.conv.eviction!r})"
-            want = f"a held row{ring}, one of {held}" if held else f"no row: none is held yet{ring}, so a sample is refused"
-            fail("sampled row id", int(ids[bad][0]), want, trace)
-        return p
-
-
-def held_whole_episodes(rows: TensorDict, spec, buf, trace: Trace) -> list[int]:
-    """Under ``eviction="whole_episodes"``: the ids of the rows the buffer
-    reports holding (``contents()["id"]``), checked in the convention's
-    terms: each held episode's rows are its newest steps (dropped from the
-    oldest end, never from the middle), every episode with a dropped row
-    began before the first held row of every held episode (the oldest are
-    dropped), more than ``capacity`` rows only while one episode is held, no
-    row twice. A held row's successors in its episode are then held too, so
-    its window over every row written is its window over the held rows."""
-    trace.op("held = buf.contents()['id']")
-    ids = buf.contents()["id"].cpu().reshape(-1).long()
-    if len(ids) == 0 or ((ids < 0) | (ids >= len(rows))).any() or len(set(ids.tolist())) != len(ids):
-        fail("ids of the rows held (contents()['id'])", ids.tolist(),
-             f"distinct written rows in [0, {len(rows)}), at least one", trace)
-    ids = ids.sort().values
-    held = rows[ids]
-    episode = rows["episode"]
-    for ep in held["episode"].unique().tolist():
-        written = (episode == ep).nonzero().reshape(-1)
-        kept = ids[held["episode"] == ep]
-        if kept.tolist() != written[len(written) - len(kept):].tolist():
-            fail(f"rows of episode {ep} held", kept.tolist(),
-                 f"its newest {len(kept)} steps {written[len(written) - len(kept):].tolist()} "
-                 "(eviction='whole_episodes': an episode is dropped from its oldest end, whole)", trace)
-    dropped = torch.ones(len(rows), dtype=torch.bool)
-    dropped[ids] = False
-    if dropped.any():  # the oldest episodes are the ones dropped: each began before every held episode's rows
-        first_held = {ep: int(ids[held["episode"] == ep][0]) for ep in held["episode"].unique().tolist()}
-        newest_dropped = max(episode[dropped].unique().tolist(), key=lambda ep: int((episode == ep).nonzero()[0]))
-        began = int((episode == newest_dropped).nonzero()[0])
-        younger = sorted(ep for ep, first in first_held.items() if first <= began)
-        if younger:
-            fail(f"held episodes whose first held row is before episode {newest_dropped}'s first row {began}, "
-                 f"which has dropped rows", younger,
-                 "none (eviction='whole_episodes': the oldest episodes are the ones dropped)", trace)
-    if len(held) > spec.capacity and len(held["episode"].unique()) > 1:
-        fail(f"rows held with capacity={spec.capacity}", len(held),
-             f"at most {spec.capacity}, or one episode (eviction='whole_episodes'); held episodes "
-             f"{held['episode'].unique().tolist()}", trace)
-    return ids.tolist()
-
-
 def write(impl, spec, stream: Stream):
+    """``(buf, trace)`` with the stream written; ``buf`` is None where the
+    buffer refused to be built and its declaration allows it (nothing could
+    ever be sampled, :func:`never_sampleable`): the answer is checked, there
+    is nothing more to ask."""
     trace = Trace(impl, spec)
     trace.need("from rbcheck.harness.transition_streams import Stream")
     trace.let("stream", stream)
-    buf = impl.make(spec)
+    try:
+        buf = impl.make(spec)
+    except Exception as err:  # noqa: BLE001 - any refusal will do where nothing could be sampled
+        conv = impl.conventions
+        if never_sampleable(conv, spec):
+            return None, trace
+        if spec.nstep and conv.incomplete_windows == "exclude_until_n_steps":
+            fail(f"impl.make(spec) with n={spec.nstep}, capacity // num_envs={spec.capacity // spec.num_envs}",
+                 f"{type(err).__name__}: {err}", "a buffer: the window fits one env's ring (a refusal is allowed "
+                 "only for n > capacity // num_envs, incomplete_windows='exclude_until_n_steps')", trace)
+        raise
     trace.op(Stream.WRITE)
     stream.write(buf)
     return buf, trace
@@ -169,7 +65,7 @@ def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
         return rows, oracle.positions(rows, trace)  # fails: no sampled id is held
     batch = per_row * oracle.size
     trace.op(f"rows, info = buf.sample({batch})")
-    if oracle.spec.nstep and oracle.conv.incomplete_windows == "exclude" and not oracle.complete.any():
+    if oracle.spec.nstep and oracle.conv.incomplete_windows in EXCLUDING and not oracle.complete.any():
         try:  # nothing may be sampled: an error is the answer
             rows, _ = buf.sample(batch)
         except Exception:  # noqa: BLE001 - any refusal will do: no held row has a complete window
@@ -209,7 +105,7 @@ def first_bad(what, got, want, p, oracle, trace, detail="") -> None:
 
 def check_transitions(impl, spec, oracle: Oracle, rows, p, trace, *, skip_incomplete: bool) -> None:
     conv = impl.conventions
-    if spec.nstep and skip_incomplete and conv.incomplete_windows == "exclude":
+    if spec.nstep and skip_incomplete and conv.incomplete_windows in EXCLUDING:
         keep = oracle.complete[p]
         rows, p = rows[keep], p[keep]  # test_incomplete_windows_are_handled_as_declared judges the others
     for f in conv.transition_fields:
@@ -249,6 +145,8 @@ def test_sampled_transitions_match_the_oracle(impl, data):
     row (windows complete or, under ``"shorten"``, shortened at the cursor)."""
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
     buf, trace = write(impl, spec, stream)
+    if buf is None:
+        return
     oracle = Oracle(stream, spec, impl.conventions, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
@@ -270,6 +168,8 @@ def test_truncated_step_bootstraps_from_its_own_final_obs(impl, data):
         pytest.skip("the buffer returns neither next_obs nor n-step quantities (transition_fields)")
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep"), truncations=True), label="setup")
     buf, trace = write(impl, spec, stream)
+    if buf is None:
+        return
     oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
@@ -304,11 +204,13 @@ def test_no_window_contains_another_episodes_or_a_newer_row(impl, data):
     spec, stream = data.draw(transition_setups(impl, nstep=impl.has("nstep")), label="setup")
     conv = impl.conventions
     buf, trace = write(impl, spec, stream)
+    if buf is None:
+        return
     oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=4)
     if rows is None:
         return
-    if spec.nstep and conv.incomplete_windows == "exclude":
+    if spec.nstep and conv.incomplete_windows in EXCLUDING:
         keep = oracle.complete[p]
         rows, p = rows[keep], p[keep]
     episode = oracle.held["episode"][p].double()
@@ -379,17 +281,19 @@ def test_incomplete_windows_are_handled_as_declared(impl, data):
     spec, stream = data.draw(transition_setups(impl, nstep=True), label="setup")
     spec = spec.but(nstep=max(spec.nstep, 2))
     buf, trace = write(impl, spec, stream)
+    if buf is None:
+        return
     oracle = Oracle(stream, spec, conv, buf, trace)
     rows, p = draw_sample(buf, oracle, trace, per_row=16)
     if rows is None:
         return
     incomplete = ~oracle.complete[p]
-    if conv.incomplete_windows == "exclude":
+    if conv.incomplete_windows in EXCLUDING:
         if incomplete.any():
             b = int(incomplete.nonzero()[0])
             fail(f"share of sampled rows with an incomplete window (row {int(oracle.held['id'][p[b]])}, "
                  f"window {oracle.window[p[b]].tolist()}, n={spec.nstep})",
-                 f"{int(incomplete.sum())}/{len(p)}", "0 (incomplete_windows='exclude')", trace)
+                 f"{int(incomplete.sum())}/{len(p)}", f"0 (incomplete_windows={conv.incomplete_windows!r})", trace)
         return
     held_incomplete = set((~oracle.complete).nonzero().reshape(-1).tolist())
     missing = held_incomplete - set(p.tolist())
@@ -422,6 +326,8 @@ def test_slice_ends_are_marked_and_episode_ends_keep_their_flags(impl, data):
     spec = spec.but(sampler="slice", slice_len=slice_len, num_slices=None, strict_length=True,
                     episode_key="episode")
     buf, trace = write(impl, spec, stream)
+    if buf is None:
+        return
     oracle = Oracle(stream, spec, conv)
     episodes = oracle.held["episode"].tolist()
     longest = max(sum(1 for e in episodes if e == x) for x in set(episodes))

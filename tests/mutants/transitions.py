@@ -43,6 +43,10 @@ class SlotTransitions:
                                  for k, (shape, dtype) in LAYOUT.items()}, batch_size=[spec.capacity])
         self.written = 0
         self.gen = torch.Generator().manual_seed(spec.seed)
+        if spec.nstep and conventions.incomplete_windows == "exclude_until_n_steps":
+            ring = self.cap // self.e  # the steps one env holds
+            if spec.nstep > ring or ("refuses_fitting" in bugs and spec.nstep == ring):
+                raise ValueError(f"spec.nstep={spec.nstep}, but should be <= {ring} (capacity // num_envs)")
 
     # writing
     def extend(self, data: TensorDictBase) -> torch.Tensor:
@@ -125,6 +129,11 @@ class SlotTransitions:
         eligible = torch.arange(held)
         if n and self.conv.incomplete_windows == "exclude" and "samples_incomplete" not in self.bugs:
             eligible = torch.tensor([s for s in range(held) if self.complete(s, n)], dtype=torch.long)
+        if n and self.conv.incomplete_windows == "exclude_until_n_steps" and "ends_early" not in self.bugs:
+            eligible = torch.tensor([s for s in range(held) if self.age(s) + (n - 1) * self.e < self.written],
+                                    dtype=torch.long)  # n steps of its env held from it on
+        elif n and self.conv.incomplete_windows == "exclude_until_n_steps":
+            eligible = torch.tensor([s for s in range(held) if self.complete(s, n)], dtype=torch.long)
         if len(eligible) == 0:
             raise RuntimeError("no slot with a complete window, but should be one to sample")
         index = eligible[torch.randint(len(eligible), (batch_size,), generator=self.gen)]
@@ -187,6 +196,11 @@ def slot_transitions_windows():
 @control
 def slot_transitions_excluding():
     return _adapter("slot_transitions_excluding", incomplete_windows="exclude")
+
+
+@control
+def slot_transitions_sequences():
+    return _adapter("slot_transitions_sequences", nstep_form="window", incomplete_windows="exclude_until_n_steps")
 
 
 # mutants, one per real bug
@@ -567,3 +581,20 @@ def episodes_dropped_rows_sampled():
         catches=(MATCH,), control=episode_transitions)
 def episodes_new_episodes_dropped():
     return _episodes_adapter("episodes_new_episodes_dropped", ("drops_new_episodes",))
+
+
+# mutants of the fixed-length sequence declaration (flashbax's trajectory buffer)
+
+
+@mutant(bug="declares exclude_until_n_steps, but samples a window its episode's end completed before n steps "
+            "of its env were written", catches=(INCOMPLETE,), control=slot_transitions_sequences)
+def sequence_sampled_before_n_steps():
+    return _adapter("sequence_ends_early", ("ends_early",), nstep_form="window",
+                    incomplete_windows="exclude_until_n_steps")
+
+
+@mutant(bug="declares exclude_until_n_steps, but refuses to be built for n equal to the steps one env holds "
+            "(a window that fits)", catches=(MATCH,), control=slot_transitions_sequences)
+def sequence_that_fits_refused():
+    return _adapter("sequence_refuses_fitting", ("refuses_fitting",), nstep_form="window",
+                    incomplete_windows="exclude_until_n_steps")

@@ -286,17 +286,20 @@ def render_text(report: dict[str, Any]) -> str:
 
 def run_one(name: str, profile: str, extra: list[str], workdir: Path, *, only: tuple[str, ...] | list[str] = (),
             known_failures: Path | None = None, progress: bool = False) -> ImplResult:
-    """Load ``name``'s adapter (to report why it cannot load), then run the
-    suite against it in an isolated subprocess (``rbcheck.runner``), with the
-    working directory on the path; what ``rbcheck validate`` runs too."""
+    """Run the suite against ``name`` in an isolated subprocess
+    (``rbcheck.runner``), with the working directory on the path; what
+    ``rbcheck validate`` runs too. The adapter is loaded there, never here (so
+    this process imports neither torch nor the library): a subprocess whose
+    adapter did not load says why in its results file, and the result is
+    "unavailable". A name that cannot be an adapter is answered here."""
     from rbcheck import runner
     from rbcheck.harness import adapters
 
-    try:
-        adapters.load_adapter(name)
-    except Exception as err:  # any load failure: the verdict says the adapter did not load
-        why = " ".join(f"{type(err).__name__}: {err}".split())
-        return ImplResult(name=name, status="unavailable", why=why)
+    if name not in adapters.BUILTIN and ":" not in name:
+        try:
+            adapters.load_adapter(name)  # raises at once: neither a built-in nor pkg.module:factory
+        except Exception as err:  # noqa: BLE001 - the verdict says the adapter did not load
+            return ImplResult(name=name, status="unavailable", why=" ".join(f"{type(err).__name__}: {err}".split()))
     return runner.run_subprocess(name, profile=profile, workdir=workdir, only=only, known_failures=known_failures,
                           extra=extra, pythonpath=[os.getcwd()], progress=progress)
 

@@ -109,7 +109,10 @@ def run_subprocess(name: str, *, profile: str, workdir: Path, only: Iterable[str
         tail = " ".join((output + "".join(errors)).strip().splitlines()[-3:])
         return ImplResult(name=name, status="crashed", why=f"pytest exit {proc.returncode}: {tail}",
                           exitstatus=proc.returncode, output=kept)
-    result = ImplResult.from_results(name, json.loads(results.read_text()))
+    payload = json.loads(results.read_text())
+    if "load_error" in payload:  # the adapter did not load (written before pytest's usage error)
+        return ImplResult(name=name, status="unavailable", why=payload["load_error"])
+    result = ImplResult.from_results(name, payload)
     result.output = kept
     return result
 

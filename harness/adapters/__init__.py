@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from rbcheck.harness.protocol import Adapter
+if TYPE_CHECKING:  # imported where an adapter is loaded: the table alone needs no torch (rbcheck validate's parent)
+    from rbcheck.harness.protocol import Adapter
 
 
 class Builtin(NamedTuple):
@@ -110,6 +111,8 @@ def builtin_names() -> list[str]:
 
 
 def _resolve(path: str, name: str) -> Adapter:
+    from rbcheck.harness.protocol import Adapter
+
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise AdapterLoadError(

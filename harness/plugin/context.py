@@ -29,6 +29,7 @@ from rbcheck.harness.plugin.known_failures import (
     parse_known_failures,
 )
 from rbcheck.harness.plugin.profiles import shrink_budget
+from rbcheck.harness.plugin.results import write_load_error
 from rbcheck.harness.plugin.skips import on_device
 from rbcheck.harness.protocol import Adapter
 from rbcheck.plugin import DEFAULT_IMPL, DEFAULT_PROFILE, PROFILES
@@ -75,10 +76,13 @@ def _adapter(config: pytest.Config, in_process: InProcessRun | None) -> tuple[st
     impl_name = config.getoption("rbcheck_impl") or os.environ.get("RBCHECK_IMPL") or DEFAULT_IMPL
     try:
         return impl_name, load_adapter(impl_name)
-    except AdapterLoadError as err:
-        raise pytest.UsageError(str(err)) from err
-    except Exception as err:  # a factory that crashed
-        raise pytest.UsageError(
+    except Exception as err:
+        results = config.getoption("rbcheck_results")
+        if results:  # rbcheck validate reads why from here (its own process never loads the adapter)
+            write_load_error(Path(results), impl_name, " ".join(f"{type(err).__name__}: {err}".split()))
+        if isinstance(err, AdapterLoadError):
+            raise pytest.UsageError(str(err)) from err
+        raise pytest.UsageError(  # a factory that crashed
             f"impl={impl_name!r}: loading the adapter raised {type(err).__name__}: {err}"
         ) from err
 

@@ -159,6 +159,13 @@ def record_report(records: dict[str, dict[str, Any]], report: pytest.TestReport)
     return hid
 
 
+def write_load_error(path: Path, impl_arg: str, why: str) -> None:
+    """The results file of a run whose adapter did not load: why, and
+    nothing else (``rbcheck.runner`` turns it into an "unavailable" result)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": RESULTS_SCHEMA, "impl_arg": impl_arg, "load_error": why}, indent=2) + "\n")
+
+
 def write_results(path: Path, run: Any, exitstatus: int) -> None:
     """The results file of ``run`` (a :class:`~rbcheck.harness.plugin.context.RunContext`)."""
     adapter = run.adapter

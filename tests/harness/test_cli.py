@@ -178,3 +178,15 @@ def test_validate_and_the_report_give_the_same_verdict(monkeypatch, tmp_path, ca
     assert report.main(["--from-results", f"{name}={path}", "--out", str(tmp_path / "out"), *flag]) == expected
     assert report.main(["--impl", name, "--out", str(tmp_path / "out"), *flag]) == expected
     capsys.readouterr()
+
+
+def test_validate_itself_imports_neither_torch_nor_an_adapter():
+    """``rbcheck validate`` only orchestrates: each implementation's adapter
+    is loaded in its own pytest subprocess (which says why when it cannot),
+    so the parent process pays for no torch, tensordict or library import."""
+    code = ("import sys\nfrom rbcheck import cli\nfrom rbcheck.harness import report, verdict\n"
+            "from rbcheck.harness.adapters import BUILTIN\n"
+            "loaded = sorted(m for m in ('torch', 'tensordict', 'hypothesis') if m in sys.modules)\n"
+            "assert not loaded, f'modules imported by validate itself={loaded}, but should be none'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -13,6 +13,17 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 CONSTRAINTS = ("-c", ".ci/constraints.txt")
 #: Built-in adapters of variants/ whose conformance runs in the tests session.
 VARIANTS = ("device", "triton")
+#: Test files that mostly wait on subprocesses (rbcheck validate, a wheel built
+#: and installed in a venv, pytest runs of a user's project): the tests session
+#: runs them in a second lane beside the main run, so both cores stay busy.
+SUBPROCESS_LANE = (
+    "tests/harness/test_cli.py",
+    "tests/test_packaging.py",
+    "tests/harness/test_api.py",
+    "tests/harness/test_optin.py",
+    "tests/harness/test_parallel_validate.py",
+    "tests/harness/test_readme_example.py",
+)
 #: Dependency groups of the third-party buffers validate reports on (cpprb,
 #: tianshou, stable-baselines3, RLlib, flashbax, skrl); never needed by the tests session.
 THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3", "rllib", "flashbax", "skrl")
@@ -48,20 +59,26 @@ def tests(session: nox.Session) -> None:
     if session.posargs:  # a targeted run: just what was asked for
         session.run("pytest", *session.posargs)
         return
-    # the conformance suite on every variant (each its own --impl run, one
-    # after the other) runs beside the rest, on the second core: the triton
-    # variant's kernels run in Triton's interpreter here and take minutes on
-    # one core while the main run is mostly single-threaded. Then the
-    # micro-benchmarks in smoke mode (each once, checked, no timing), then
-    # everything with the reference as --impl (the asv benchmarks' smoke run
-    # is tests/test_asv_smoke.py); the variants' output is printed at the end.
-    beside = Beside(session, [("pytest", "rbcheck/conformance", "--impl", variant, "-q", "-p", "no:cacheprovider")
-                              for variant in VARIANTS])
+    # Two lanes run beside the main run, so that both cores stay busy (the
+    # main run is mostly single-threaded): the conformance suite on every
+    # variant (each its own --impl run, one after the other; the triton
+    # variant's kernels run in Triton's interpreter here and take minutes),
+    # and the tests that mostly wait on subprocesses (SUBPROCESS_LANE). The
+    # main run: the micro-benchmarks in smoke mode (each once, checked, no
+    # timing), then everything else with the reference as --impl (the asv
+    # benchmarks' smoke run is tests/test_asv_smoke.py). The lanes' output is
+    # printed at the end.
+    variants = Beside(session, [("pytest", "rbcheck/conformance", "--impl", variant, "-q", "-p", "no:cacheprovider")
+                                for variant in VARIANTS])
+    waiting = Beside(session, [("pytest", *SUBPROCESS_LANE, "-q", "-p", "no:cacheprovider", "--durations=15")])
     try:
         session.run("pytest", "bench/micro", "--benchmark-disable", "-q", "-p", "no:cacheprovider")
-        session.run("pytest", "--durations=40")  # the slowest tests, to keep CI within its budget
+        session.run("pytest", "--durations=40",  # the slowest tests, to keep CI within its budget
+                    *(f"--ignore={path}" for path in SUBPROCESS_LANE))
     finally:
-        beside.finish()
+        failed = [lane.finish(fail=False) for lane in (variants, waiting)]
+        if any(failed):
+            session.error(f"failed beside the main run: {[cmd for lane in failed for cmd in lane]}")
 
 
 class Beside:
@@ -89,7 +106,9 @@ class Beside:
         self.thread = threading.Thread(target=run_all, daemon=True)
         self.thread.start()
 
-    def finish(self) -> None:
+    def finish(self, fail: bool = True) -> list[str]:
+        """Wait, print each command's output; the commands that failed (or
+        never ran), and with ``fail`` the session fails on any."""
         self.thread.join()
         failed = []
         for cmd, proc in self.results:
@@ -98,8 +117,9 @@ class Beside:
             if proc.returncode:
                 failed.append(" ".join(cmd))
         failed += [" ".join(cmd) + " (never ran)" for cmd in self.commands[len(self.results):]]
-        if failed:
+        if failed and fail:
             self.session.error(f"failed: {failed}")
+        return failed
 
 
 @nox.session

@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--out", default="reports/ray_bench")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks run, numbers mean nothing")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, one run each: checks run, numbers mean nothing")
     parser.add_argument("--address", default=None, help="join this Ray cluster ('auto') instead of a local Ray")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -249,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     from rbcheck.harness.adapters.torchrl_ray import shutdown
 
     try:
-        result = measure(args.writers, args.rows, args.batches, args.samples, args.width)
+        result = measure(args.writers, args.rows, args.batches, args.samples, args.width,
+                         repeats=1 if args.smoke else 3)  # a smoke run checks that it runs: once is enough
     finally:
         shutdown()
     text = render(result)

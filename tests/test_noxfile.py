@@ -19,3 +19,14 @@ def test_tests_session_runs_the_conformance_suite_on_every_variant():
     variants = {name for name in builtin_names()
                 if name not in ("reference", "example") and not is_third_party(name)}
     assert listed == variants, f"noxfile VARIANTS={sorted(listed or [])}, but should be {sorted(variants)}"
+
+
+def test_the_subprocess_lane_names_test_files_that_exist():
+    """The tests session runs SUBPROCESS_LANE beside the main run and leaves
+    those files out of the main run: each must be a test file here."""
+    tree = ast.parse(NOXFILE.read_text())
+    lane = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == "SUBPROCESS_LANE" for t in node.targets))
+    root = NOXFILE.parent
+    missing = [path for path in lane if not (root / path).is_file() or not Path(path).name.startswith("test_")]
+    assert lane and not missing, f"SUBPROCESS_LANE entries={missing}, but should be test files of this repository"

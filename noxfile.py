@@ -218,7 +218,7 @@ def ray(session: nox.Session) -> None:
     session.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's single-machine mode: loopback only
     bounded = ("timeout", "-k", "30", RAY_TIMEOUT_S)
     session.run(*bounded, "python", "-m", "pytest", "rbcheck/conformance/test_concurrency.py", "tests/ray",
-                "--impl", "torchrl-ray", "-q", "-p", "no:cacheprovider", "-rs", *session.posargs,
+                "--impl", "torchrl-ray", "-q", "-p", "no:cacheprovider", "-rs", "--durations=15", *session.posargs,
                 external=True)
     session.run(*bounded, "python", "-m", "bench.ray_bench", "--smoke", "--out",
                 "reports/ray_bench_smoke", external=True)

@@ -1324,6 +1324,10 @@ def merge(report: dict, new: dict, ops) -> dict:
     ops = list(ops)
     for key in ("ratios", "baselines"):
         report[key] = [r for r in report[key] if r["op"] not in ops] + new[key]
+    for name, status in new["peers"].items():  # why a re-timed op was skipped, or that it no longer is
+        old = report["peers"].setdefault(name, status)
+        kept = {op: why for op, why in old.get("ops_skipped", {}).items() if op not in ops}
+        old["ops_skipped"] = {**kept, **{op: why for op, why in status.get("ops_skipped", {}).items() if op in ops}}
     report["remeasured"] = [m for m in report.get("remeasured", []) if not set(m["ops"]) <= set(ops)]  # all replaced
     report["remeasured"].append(
         {"ops": ops, "date": new["date"], "commit": new["commit"], "runs": new["sizes"]["runs"],

@@ -170,6 +170,17 @@ def test_ops_re_measures_some_rows_and_keeps_the_others():
     assert len(P.merge(merged, again, ["save", "load"])["remeasured"]) == 1  # the replaced record goes
 
 
+def test_a_re_measured_op_that_now_runs_drops_its_old_skip_reason():
+    """A peer skipped on an operation (say TorchRL's prioritized sampler
+    before its extension was rebuilt) and re-timed on it with --ops: the
+    table must not keep saying it was skipped, and other ops' reasons stay."""
+    report = P.run([Stub()], log=lambda line: None, **SMALL)
+    report["peers"]["stub"]["ops_skipped"] = {"update_priority": "no tree", "save": "no checkpoint"}
+    again = P.run([Stub()], log=lambda line: None, **SMALL, only=["update_priority"])
+    merged = P.merge(json.loads(json.dumps(report)), again, ["update_priority"])
+    assert merged["peers"]["stub"]["ops_skipped"] == {"save": "no checkpoint"}
+
+
 def test_checkpoint_costs_time_every_part_and_render():
     costs = P.checkpoint_costs(4096, 8, reps=1, log=lambda line: None)
     assert {"save", "load", "hash sha256", "write + fsync", "load by the reference's path (before)"} <= set(costs["parts"])

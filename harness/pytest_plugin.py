@@ -280,6 +280,26 @@ class RunHooks:
     def __init__(self, run: context.RunContext):
         self.run = run
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        """Run a property under this run's Hypothesis profile. A @given test
+        keeps the default settings of the moment its module was imported, so
+        in a process that imported the suite before (a second check_buffer
+        call, a warm worker) it would run the earlier run's budget, say 20
+        examples where "thorough" asks 1000. Tests with their own @settings
+        keep them."""
+        fn = getattr(item, "obj", None)
+        captured = getattr(fn, "_hypothesis_internal_use_settings", None)
+        if captured is None or getattr(fn, "_hypothesis_internal_settings_applied", False):
+            return (yield)
+        from hypothesis import settings
+
+        fn._hypothesis_internal_use_settings = settings.default
+        try:
+            return (yield)
+        finally:
+            fn._hypothesis_internal_use_settings = captured
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         hid = results.record_report(self.run.records, report)
         if hid:

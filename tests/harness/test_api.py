@@ -167,3 +167,28 @@ def test_an_interrupted_run_raises_naming_the_tests_not_run():
     with pytest.raises(rbcheck.RunAbortedError, match=r"pytest exit status 2 \(interrupted") as caught:
         rbcheck.check_buffer(adapter, only=[UNIFORM])
     assert "test(s) not run" in str(caught.value)
+
+
+def test_each_call_runs_the_profile_it_asks_for():
+    """A second check_buffer in the same process (the suite's modules already
+    imported under the first call's profile) runs its own profile: the "dev"
+    profile's 50 examples after the "ci" profile's 20, counted as buffers built."""
+    from dataclasses import replace
+
+    from rbcheck.harness.examples.list_buffer import adapter as example
+
+    made = []
+
+    def counting():
+        base = example()
+        return replace(base, name="counting", make=lambda spec: made.append(spec) or base.make(spec))
+
+    counts = {}
+    for profile in ("ci", "dev", "ci"):
+        made.clear()
+        rbcheck.check_buffer(counting(), only=[RING], profile=profile)
+        counts.setdefault(profile, []).append(len(made))
+    assert counts["ci"][0] == counts["ci"][1], f"buffers built under ci={counts['ci']}, but should be equal (derandomised)"
+    assert counts["dev"][0] > 2 * counts["ci"][0], (
+        f"buffers built under dev={counts['dev'][0]}, under ci={counts['ci'][0]}, but dev should run 50 "
+        f"examples to ci's 20")

@@ -71,8 +71,11 @@ def run_property(stem: str, name: str, impl: str) -> tuple[str, BaseException | 
     torch.manual_seed(TORCH_FRESH_SEED)
     random.seed(0)
     numpy.random.seed(0)
-    previous = settings.get_current_profile_name()
-    settings.load_profile(PROFILE)
+    # A @given test keeps the settings that were the default when its module
+    # was imported (the suite's profile), so loading a profile here would not
+    # reach it: the budget is put on the test for this call, then put back.
+    captured = fn._hypothesis_internal_use_settings
+    fn._hypothesis_internal_use_settings = settings.get_profile(PROFILE)
     try:
         fn(impl=load_adapter(impl))
     except pytest.skip.Exception as err:
@@ -80,8 +83,36 @@ def run_property(stem: str, name: str, impl: str) -> tuple[str, BaseException | 
     except BaseException as err:  # noqa: BLE001 - a verdict (or a crash) of the property
         return "fail", err
     finally:
-        settings.load_profile(previous)
+        fn._hypothesis_internal_use_settings = captured
     return "pass", None
+
+
+def test_the_in_process_budget_reaches_the_properties():
+    """Each property runs with this file's profile (EXAMPLES derandomised
+    examples, no shrinking), whatever profile the suite was imported under:
+    a property that counts its calls is called EXAMPLES times."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    calls = []
+
+    @given(data=st.data())
+    def counting(impl, data):
+        calls.append(data.draw(st.integers(0, 10**6)))
+
+    module = type(sys)("rbcheck_probe_module")
+    module.counting = counting
+    sys.modules["rbcheck.conformance.rbcheck_probe_module"] = module
+    try:
+        assert run_property("rbcheck_probe_module", "counting", "reference")[0] == "pass"
+        first = list(calls)
+        calls.clear()
+        run_property("rbcheck_probe_module", "counting", "reference")
+    finally:
+        del sys.modules["rbcheck.conformance.rbcheck_probe_module"]
+    assert len(first) == EXAMPLES, f"examples per in-process run={len(first)}, but should be {EXAMPLES}"
+    assert calls == first, "the in-process runs should be derandomised (the same examples every run)"
+    assert counting._hypothesis_internal_use_settings is not settings.get_profile(PROFILE)  # put back
 
 
 def explained(err: BaseException) -> list[PropertyFailure]:

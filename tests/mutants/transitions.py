@@ -255,7 +255,7 @@ def fasttd3_7_gamma_not_gamma_n():
 
 
 @mutant(bug="before the buffer is full the n-step window wraps modulo capacity into unwritten slots",
-        catches=(MATCH, WINDOW), control=slot_transitions, reproduces="thu-ml/tianshou #135")
+        catches=(MATCH, WINDOW, INCOMPLETE), control=slot_transitions, reproduces="thu-ml/tianshou #135")
 def tianshou_135_nstep_wraps_before_full():
     return _adapter("tianshou_135", ("wrap_before_full",))
 

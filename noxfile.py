@@ -42,6 +42,16 @@ def install(session: nox.Session, *groups: str) -> None:
     session.install(*CONSTRAINTS, "-e", ".", *requirements)
 
 
+def env_default(session: nox.Session, name: str, value: str) -> str:
+    """``name`` for the session's commands: the caller's own (their shell's
+    environment; ``session.env`` holds only what the session set, and it
+    wins over the caller's), else ``value``."""
+    import os
+
+    session.env[name] = session.env.get(name) or os.environ.get(name) or value
+    return session.env[name]
+
+
 def ensure_torchrl_extension(session: nox.Session) -> None:
     """Rebuild TorchRL's C++ extension where the shipped one does not load
     against this torch (cached; a failure is reported, TorchRL's prioritized
@@ -55,7 +65,7 @@ def tests(session: nox.Session) -> None:
     every variant, the meta tests (mutants must be caught), the docs, and
     the benchmarks in smoke mode."""
     install(session, "test", "bench")
-    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    env_default(session, "RBCHECK_PROFILE", "ci")
     if session.posargs:  # a targeted run: just what was asked for
         session.run("pytest", *session.posargs)
         return
@@ -168,9 +178,9 @@ def validate_in(session: nox.Session, env: str) -> bool:
     install(session, *groups)
     if "torchrl" in groups:
         ensure_torchrl_extension(session)
-    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    env_default(session, "RBCHECK_PROFILE", "ci")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    session.run("rbcheck", "validate", *selection, *options, "--jobs", session.env.get("RBCHECK_JOBS", "auto"),
+    session.run("rbcheck", "validate", *selection, *options, "--jobs", env_default(session, "RBCHECK_JOBS", "auto"),
                 "--parts", str(parts), "--third-party-informational", "--must-load", success_codes=[0, 1, 2])
     return True
 
@@ -213,7 +223,7 @@ def ray(session: nox.Session) -> None:
     Ray down when it ends. CI (.ci/run) runs it beside `nox -s tests`."""
     install(session, "test", "torchrl", "ray")
     ensure_torchrl_extension(session)  # the served buffer's prioritized sampler needs it
-    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    env_default(session, "RBCHECK_PROFILE", "ci")
     session.env["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing leaves the machine
     session.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's single-machine mode: loopback only
     bounded = ("timeout", "-k", "30", RAY_TIMEOUT_S)
@@ -244,7 +254,7 @@ def thirdparty_env(session: nox.Session, env: str) -> None:
 
     groups, _ = VALIDATE_ENVS[env]
     install(session, *groups)
-    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    env_default(session, "RBCHECK_PROFILE", "ci")
     session.run("pytest", *sorted(glob.glob(f"tests/thirdparty/test_{env}_*.py")), "-q", "-p", "no:cacheprovider",
                 "-rxs", *session.posargs)
 
@@ -257,7 +267,7 @@ def thirdparty(session: nox.Session) -> None:
     the tests session skips them (the libraries are not installed there)."""
     install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)  # torchrl: its checkpoint guarantees
     ensure_torchrl_extension(session)  # test_torchrl_bugs.py runs TorchRL's PrioritizedSampler
-    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    env_default(session, "RBCHECK_PROFILE", "ci")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # RLlib's repros: nothing leaves the machine
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)
 
@@ -269,7 +279,7 @@ def history(session: nox.Session) -> None:
     session's torch and tensordict, its C++ extension rebuilt where needed
     (built once, cached); writes reports/torchrl_history.md and .json."""
     install(session, "test", "torchrl")  # torchrl 0.14.1 brings every release's dependencies
-    session.env.setdefault("RBCHECK_PROFILE", "ci")
+    env_default(session, "RBCHECK_PROFILE", "ci")
     session.run("python", "-m", "tools.torchrl_history", "--cache", TORCHRL_BUILD_CACHE,
                 "--prefixes", f"{session.virtualenv.location}/torchrl", *TORCHRL_HISTORY,
                 *session.posargs)
@@ -288,7 +298,7 @@ def bench(session: nox.Session) -> None:
     install(session, "test", "bench", "torchrl", *THIRD_PARTY_GROUPS)
     ensure_torchrl_extension(session)
     # one intra-op thread: stable numbers on shared machines (docs/benchmarks.md)
-    session.env.setdefault("RBCHECK_BENCH_THREADS", "1")
+    env_default(session, "RBCHECK_BENCH_THREADS", "1")
     session.run(
         "pytest", "bench/micro", "-q", "-p", "no:cacheprovider",
         "--benchmark-json=reports/bench.json", "--benchmark-min-rounds=5",
@@ -305,7 +315,7 @@ def bench(session: nox.Session) -> None:
     # dependency group of its own runs alone, rbcheck timed in the same process; they install
     # together here, and each can run in an environment of its own. RLlib stores one Python
     # object per row: 2^18 rows (filling 2^20 takes over ten minutes per buffer here).
-    session.env.setdefault("JAX_PLATFORMS", "cpu")
+    env_default(session, "JAX_PLATFORMS", "cpu")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "flashbax,flashbax-flat",
                 "--out", "reports/peers.flashbax.json")

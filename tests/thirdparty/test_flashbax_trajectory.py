@@ -4,9 +4,10 @@ tests, docs/findings.md "flashbax's trajectory buffer").
 The ``flashbax-trajectory`` and ``flashbax-trajectory-per`` columns meet
 flashbax's two documented limits on small streams (a window longer than one
 env's ring is refused, ``trajectory_buffer.py:339-342``; nothing is sampled
-before ``n`` steps of an env are written, ``:238-243``): Hypothesis stops
-at them, and the column reports the known failure. Here the same oracle
-checks every sampled window on streams that respect both limits, and the
+before ``n`` steps of an env are written, ``:238-243``), which the columns
+declare (``incomplete_windows="exclude_until_n_steps"``) and the properties
+check in those terms. Here the same oracle also checks every sampled window
+on longer streams that respect both limits, and the
 rule by which flashbax excludes windows: a step is sampled if and only if
 ``n - 1`` more steps of its env are held (``:196-204``, ``period=1``).
 Skipped where flashbax is not installed: ``nox -s thirdparty``."""

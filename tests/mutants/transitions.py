@@ -127,12 +127,11 @@ class SlotTransitions:
         if "samples_unwritten" in self.bugs and self.written < self.cap:
             held = min(held + self.e, self.cap)  # SB3 #1503: the upper bound includes pos
         eligible = torch.arange(held)
-        if n and self.conv.incomplete_windows == "exclude" and "samples_incomplete" not in self.bugs:
-            eligible = torch.tensor([s for s in range(held) if self.complete(s, n)], dtype=torch.long)
-        if n and self.conv.incomplete_windows == "exclude_until_n_steps" and "ends_early" not in self.bugs:
+        rule = self.conv.incomplete_windows
+        if n and rule == "exclude_until_n_steps" and "ends_early" not in self.bugs:
             eligible = torch.tensor([s for s in range(held) if self.age(s) + (n - 1) * self.e < self.written],
                                     dtype=torch.long)  # n steps of its env held from it on
-        elif n and self.conv.incomplete_windows == "exclude_until_n_steps":
+        elif n and rule != "shorten" and "samples_incomplete" not in self.bugs:  # ends_early: as "exclude"
             eligible = torch.tensor([s for s in range(held) if self.complete(s, n)], dtype=torch.long)
         if len(eligible) == 0:
             raise RuntimeError("no slot with a complete window, but should be one to sample")

@@ -115,6 +115,32 @@ def test_uniform_extend_is_the_reference_bit_for_bit(capacity, sizes):
         start += n
 
 
+#: Column layouts that reach each copy of ``rb_extend``'s row loop: 8-byte words (1, 2, 4, 8
+#: and 32 of them, and 5: the generic count), 4-byte words (3, 8 and 64; 5: generic), and
+#: sizes that are no multiple of 4 (bytes by memcpy).
+LAYOUTS = [{"a": (torch.float64, ())}, {"a": (torch.float64, (2, 2)), "b": (torch.int64, (8,))},
+           {"a": (torch.float64, (32,)), "b": (torch.float64, (5,))},
+           {"obs": (torch.float32, (8,)), "action": (torch.float32, (2,)), "reward": (torch.float32, ())},
+           {"obs": (torch.float32, (64,)), "reward": (torch.float32, (3,)), "n": (torch.int32, (5,))},
+           {"x": (torch.uint8, (3,)), "y": (torch.bool, ()), "z": (torch.float16, (1,))}]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: "-".join(
+    f"{k}:{str(d).split('.')[1]}{list(s)}" for k, (d, s) in layout.items()))
+def test_every_row_copy_writes_the_references_rows(layout):
+    """Rows of many widths and dtypes, in batches that wrap the ring: the same rows in
+    the same slots as the reference (and as the variant without the fast path)."""
+    monkeypatch = pytest.MonkeyPatch()
+    ref, fast, slow = three(7, "random")
+    g = torch.Generator().manual_seed(5)
+    for n in (3, 5, 1, 7, 6):
+        data = TensorDict({k: (torch.rand((n, *shape), generator=g) * 200 - 50).to(dtype)
+                           for k, (dtype, shape) in layout.items()}, batch_size=[n])
+        slots = extend_all(ref, fast, slow, data, monkeypatch)
+        assert all(torch.equal(s, slots[0]) for s in slots[1:])
+        assert_same(ref, fast, slow)
+
+
 @pytest.mark.parametrize("sampler", ["random", "prioritized"])
 def test_the_fast_path_is_taken(sampler, monkeypatch):
     """After the first write (which allocates), a batch of the storage's layout never

@@ -330,6 +330,42 @@ def test_update_priority_fast_path_equals_reference_and_keeps_its_errors(dtype):
         assert var.sampler.max_priority == before[1], "max_priority changed by a refused update"
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1000, 1 << 20, (1 << 40) + 3, (1 << 53) - 1])
+def test_uniform_slots_are_the_references(size):
+    """``uniform_slots`` maps uniforms to slots as the reference's expression does, bit for
+    bit, on random draws and at the edges (0, the largest doubles below 1). (Its clamp
+    never acts on a uniform below 1: in round-to-nearest ``u * size < size`` for every
+    ``u < 1``; it stays as the reference's guard.)"""
+    g = torch.Generator().manual_seed(size % 1000)
+    u = torch.cat([torch.rand(4096, generator=g, dtype=torch.float64),
+                   torch.tensor([0.0, 2.0**-53, 0.5, 1 - 2.0**-53, 1 - 2.0**-52, 1 - 1e-12, 1 - 1e-16],
+                                dtype=torch.float64)])
+    want = reference.RandomSampler().indices_from_uniforms(u, size)
+    got = native.uniform_slots(u, size, torch.full_like(want, -7))
+    assert torch.equal(got, want)
+    assert 0 <= int(got.min()) and int(got.max()) <= size - 1
+
+
+def test_the_uniform_sampler_takes_the_native_map_and_draws_the_references_indices(monkeypatch):
+    """The variant's uniform sampler maps its uniforms by ``uniform_slots`` on the CPU, and
+    with the same seed samples the reference's indices (with and without the native map)."""
+    calls = []
+    real = native.uniform_slots
+    monkeypatch.setattr(native, "uniform_slots", lambda *a: calls.append(1) or real(*a))
+    bufs = [reference.ReplayBuffer(37, generator=9), variants.ReplayBuffer(37, generator=9, device="cpu")]
+    for buf in bufs:
+        buf.extend(TensorDict({"x": torch.arange(30.0)}, batch_size=[30]))
+    want = [bufs[0].sample(64)[1]["index"] for _ in range(3)]
+    got = [bufs[1].sample(64)[1]["index"] for _ in range(3)]
+    assert calls == [1, 1, 1]
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    with native.suspended():
+        slow = variants.ReplayBuffer(37, generator=9, device="cpu")
+        slow.extend(TensorDict({"x": torch.arange(30.0)}, batch_size=[30]))
+        assert all(torch.equal(slow.sample(64)[1]["index"], w) for w in want)
+    assert calls == [1, 1, 1]
+
+
 @pytest.mark.parametrize("dtype,shape", [(torch.float32, (8,)), (torch.uint8, (3,)), (torch.bool, ()),
                                          (torch.float16, (1,)), (torch.float64, (2, 2)),
                                          (torch.int32, (5,))])

@@ -16,7 +16,8 @@ slower, never different.
 What runs in C: the descent (``find_prefix``; for the sampler fused with
 ``mass = u * total`` and ``n * (leaf / total)`` in ``sample_prefix``), the
 batched update of one or two trees (``update``), the weights' final division
-and float32 conversion, the row gathers of a sample (``gather_rows``, from
+and float32 conversion, a uniform sample's slots from its uniforms
+(``uniform_slots``), the row gathers of a sample (``gather_rows``, from
 row-major columns or fields of interleaved rows), a ring writer's
 generations at sampled slots (``ring_generation``, arithmetic) and the
 happy-path checks of indices and priorities (and, after torch's pow, that no
@@ -163,6 +164,8 @@ def _build() -> ctypes.CDLL:
     lib.rb_simd.restype = i64
     lib.rb_ring_generation.argtypes = [p, i64, i64, i64, p]
     lib.rb_ring_generation.restype = None
+    lib.rb_uniform_slots.argtypes = [p, i64, i64, p]
+    lib.rb_uniform_slots.restype = None
     lib.rb_index_in_range.argtypes = [p, i64, i64]
     lib.rb_index_in_range.restype = i64
     lib.rb_all_finite_nonneg.argtypes = [p, i64]
@@ -348,6 +351,14 @@ def ring_generation(index: torch.Tensor, write_count: int, capacity: int,
     _state["lib"].rb_ring_generation(index.data_ptr(), index.shape[0], write_count, capacity,
                                      out.data_ptr())
     return out
+
+
+def uniform_slots(u: torch.Tensor, size: int, index: torch.Tensor) -> torch.Tensor:
+    """``index`` (int64) = the slots of float64 uniforms ``u`` among ``size`` rows:
+    ``rbcheck.reference.random_sampler``'s ``floor(u * size).long().clamp_(max=size - 1)``
+    (the same bits, in one C pass)."""
+    _state["lib"].rb_uniform_slots(u.data_ptr(), u.shape[0], size, index.data_ptr())
+    return index
 
 
 def index_in_range(index: torch.Tensor, high: int) -> bool:

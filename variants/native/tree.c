@@ -260,6 +260,20 @@ void rb_ring_generation(const int64_t *index, int64_t n, int64_t write_count, in
     }
 }
 
+/* index[i] = min((int64) floor(u[i] * size), size - 1): the uniform sampler's
+ * map from float64 uniforms in [0, 1) to slots 0 .. size - 1, the reference's
+ * torch.floor(u * size).long().clamp_(max=size - 1) op for op (the product in
+ * float64 without contraction, an exact floor, an exact conversion below
+ * 2^53), in one pass instead of four torch ops and three temporaries. */
+void rb_uniform_slots(const double *u, int64_t n, int64_t size, int64_t *index)
+{
+    const double scale = (double)size;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = (int64_t)floor(u[i] * scale);
+        index[i] = s < size - 1 ? s : size - 1;
+    }
+}
+
 /* 1 when every index[i] is in [0, high), else 0. */
 int64_t rb_index_in_range(const int64_t *index, int64_t n, int64_t high)
 {

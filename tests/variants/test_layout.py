@@ -108,14 +108,15 @@ def test_storage_holds_interleaved_rows_with_the_reference_values(how):
     assert (var.get(slots) == ref.get(slots)).all()
 
 
-@pytest.mark.parametrize("capacity", [1, 2, 5, 8])
+@pytest.mark.parametrize("capacity", [1, 2, 5, 8, 1000])
 @pytest.mark.parametrize("native_on", [True, False])
 def test_ring_generation_equals_the_generation_column(capacity, native_on):
     g = torch.Generator().manual_seed(capacity)
-    for count in sorted({0, 1, capacity - 1, capacity, capacity + 1, 3 * capacity + 2, 2**40 + 3}):
+    for count in sorted({0, 1, capacity - 1, capacity, capacity + 1, 2 * capacity, 3 * capacity + 2,
+                         2**40 + 3, 2**40 * capacity}):
         writer = DeviceWriter(capacity)
         writer.load_state_dict({"write_count": count})
-        index = torch.randint(0, capacity, (64,), generator=g)
+        index = torch.cat([torch.arange(capacity), torch.randint(0, capacity, (64,), generator=g)])
         if native_on and not native.available():
             pytest.skip(f"native path unavailable: {native.unavailable_reason()}")
         with native.suspended() if not native_on else contextlib.nullcontext():

@@ -249,14 +249,20 @@ void rb_find_prefix(const double *nodes, int64_t size, const double *mass, int64
  * that has written write_count rows into capacity slots (-1: never written):
  * reference/writer.py's expected_generation, which a ring writer's
  * generation always equals (its loader refuses anything else). Arithmetic
- * instead of a random read of the generation column per draw. The caller
- * guarantees 0 <= index[i] < capacity. */
+ * instead of a random read of the generation column per draw, and without a
+ * division per draw: after write_count = turns * capacity + r rows, slot
+ * s < r last held row turns * capacity + s, slot s >= r row
+ * (turns - 1) * capacity + s, or none while turns == 0 (the reference's
+ * s + floor((write_count - 1 - s) / capacity) * capacity, case by case).
+ * The caller guarantees 0 <= index[i] < capacity. */
 void rb_ring_generation(const int64_t *index, int64_t n, int64_t write_count, int64_t capacity,
                         int64_t *out)
 {
+    const int64_t turns = write_count / capacity, r = write_count % capacity;
+    const int64_t newer = turns * capacity, older = turns > 0 ? newer - capacity : -1;
     for (int64_t i = 0; i < n; i++) {
         int64_t s = index[i];
-        out[i] = s < write_count ? s + (write_count - 1 - s) / capacity * capacity : -1;
+        out[i] = s < r ? newer + s : (turns > 0 ? older + s : -1);
     }
 }
 

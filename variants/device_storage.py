@@ -52,6 +52,7 @@ padded to 48).
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -162,6 +163,13 @@ class TensorPool:
     def __init__(self, per_key: int = 4):
         self.per_key = per_key
         self.slots: dict = {}
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"per_key": self.per_key, "slots": self.slots}  # a copy or a pickle gets its own lock
+
+    def __setstate__(self, state: dict) -> None:
+        self.per_key, self.slots, self.lock = state["per_key"], state["slots"], threading.Lock()
 
     @staticmethod
     def _count(tensor: torch.Tensor) -> int:
@@ -191,14 +199,19 @@ class TensorPool:
         return alone is not None and self._count(tensor) <= alone
 
     def take(self, key, shape, dtype, device) -> torch.Tensor:
-        slot = self.slots.setdefault((key, tuple(shape), dtype, torch.device(device)), [])
-        for tensor in slot:
-            if self._free(tensor):
-                return tensor.detach()  # a new alias: holding it marks the memory as used
-        tensor = torch.empty(shape, dtype=dtype, device=device)
-        if len(slot) < self.per_key:
-            slot.append(tensor)
-        return tensor.detach()
+        """Under the pool's lock: the check that a tensor is free and the alias that marks
+        it used are one step for concurrent callers (torch releases the GIL inside
+        ``detach``, so without it two threads sampling at once could both find the same
+        tensor free and gather their rows into the same memory)."""
+        with self.lock:
+            slot = self.slots.setdefault((key, tuple(shape), dtype, torch.device(device)), [])
+            for tensor in slot:
+                if self._free(tensor):
+                    return tensor.detach()  # a new alias: holding it marks the memory as used
+            tensor = torch.empty(shape, dtype=dtype, device=device)
+            if len(slot) < self.per_key:
+                slot.append(tensor)
+            return tensor.detach()
 
 
 class DeviceStorage(TensorStorage):
@@ -280,7 +293,9 @@ class DeviceStorage(TensorStorage):
         return self.gather(check_index_fast(index, self.size).to(self.device))
 
     def gather(self, index: torch.Tensor) -> TensorDictBase:
-        """The rows at ``index`` (unchecked: the caller guarantees ``0 <= index < size``)."""
+        """The rows at ``index`` (unchecked: the caller guarantees ``0 <= index < size``),
+        into outputs from the pool: one C call through the table of this storage's columns
+        (``native.GatherBlock``, rebuilt when the column list is) where it applies."""
         index = index.to(self.device)
         batch = torch.Size([len(index)])
         tree: dict = {}
@@ -292,7 +307,15 @@ class DeviceStorage(TensorStorage):
             out = self.pool.take(key, (len(index), *column.shape[1:]), column.dtype, column.device)
             outs.append(out)
             node[key[-1]] = out
-        gather_columns([column for _, column in self._cols], index, outs, self._layouts)
+        block = self.__dict__.get("_gather_block")
+        if block is None or block.cols is not self._cols:  # columns replaced: a new table
+            block = self._gather_block = native.GatherBlock(self._cols, [c for _, c in self._cols],
+                                                            self._layouts)
+        if block.usable and index.dtype == torch.long and index.device.type == "cpu" \
+                and index.is_contiguous() and native.lib() is not None:
+            block.gather(index, outs)  # one C call; the outputs come from the pool (contiguous, CPU)
+        else:
+            gather_columns([column for _, column in self._cols], index, outs, self._layouts)
         return _to_tensordict(tree, batch, self.device)
 
     def load_state_dict(self, state: dict, size: int) -> None:

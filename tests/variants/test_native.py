@@ -15,6 +15,8 @@ Kinds (see docs/design.md, "Kinds of check"):
 from __future__ import annotations
 
 import math
+import threading
+import time
 import warnings
 
 import pytest
@@ -23,7 +25,7 @@ from tensordict import TensorDict
 
 from rbcheck import reference, variants
 from rbcheck.variants import native
-from rbcheck.variants.device_storage import check_index_fast, gather_columns
+from rbcheck.variants.device_storage import TensorPool, check_index_fast, gather_columns
 from rbcheck.variants.vector_tree import (
     apply_updates_torch,
     find_prefix_native,
@@ -378,6 +380,75 @@ def test_gather_columns_equals_index_select(dtype, shape):
     assert torch.equal(out, torch.index_select(column, 0, index))
     with pytest.raises((ValueError, IndexError)):
         gather_columns([column], torch.tensor([0, 300]), [torch.empty((2, *shape), dtype=dtype)])
+
+
+def test_gather_block_equals_index_select_and_refuses_a_bad_index():
+    """``GatherBlock`` (the storage's prebuilt gather table) copies the rows of every column,
+    of any dtype and width, and refuses an index outside the columns before copying."""
+    g = torch.Generator().manual_seed(1)
+    columns = [(torch.rand((300, *shape), generator=g) * 100).to(dtype)
+               for dtype, shape in [(torch.float32, (8,)), (torch.uint8, (3,)), (torch.bool, ()),
+                                    (torch.float16, (1,)), (torch.float64, (2, 2)), (torch.int32, (5,))]]
+    block = native.GatherBlock(columns, columns, [native.row_layout(c) for c in columns])
+    assert block.usable
+    for n in (1, 7, 200):
+        index = torch.randint(0, 300, (n,), generator=g)
+        outs = [torch.empty((n, *c.shape[1:]), dtype=c.dtype) for c in columns]
+        block.gather(index, outs)
+        for column, out in zip(columns, outs, strict=True):
+            assert torch.equal(out, torch.index_select(column, 0, index))
+    outs = [torch.zeros((2, *c.shape[1:]), dtype=c.dtype) for c in columns]
+    with pytest.raises(ValueError, match=r"index=300, but should be in \[0, 300\)"):
+        block.gather(torch.tensor([0, 300]), outs)
+    assert all(not out.any() for out in outs), "a refused gather copied rows"
+
+
+def test_samples_read_the_columns_a_load_put_in_place():
+    """After a load (the loaded rows moved into the storage's interleaved rows, its column
+    list rebuilt, and with it the gather table), samples read the loaded rows, as the
+    reference's do. (A load of another layout is refused, so the rows' memory, which the
+    table addresses, stays the same; the table is rebuilt whenever the list is.)"""
+    def rows(n, start):
+        x = torch.arange(start, start + n, dtype=torch.float32)
+        return TensorDict({"obs": torch.stack([x, -x, x / 2], 1), "reward": x.double()}, batch_size=[n])
+    source = reference.ReplayBuffer(16, generator=4)
+    source.extend(rows(16, 1000))
+    ref, var = reference.ReplayBuffer(16, generator=4), variants.ReplayBuffer(16, generator=4, device="cpu")
+    for buf in (ref, var):
+        buf.extend(rows(16, 0))
+        buf.sample(8)  # the table of the first columns is built here
+        buf.load_state_dict(source.state_dict())
+    for _ in range(5):
+        (want, want_info), (got, got_info) = ref.sample(8), var.sample(8)
+        assert torch.equal(got_info["index"], want_info["index"])
+        assert (got == want).all(), "a sample read the columns held before the load"
+
+
+def test_the_pool_never_hands_one_tensor_to_two_threads():
+    """``TensorPool.take`` from threads at once: no tensor is handed out while another
+    thread holds it (torch releases the GIL inside ``detach``: without the pool's lock two
+    threads found the same tensor free, and two samples gathered into the same memory)."""
+    pool = TensorPool()
+    held, guard, clashes = {}, threading.Lock(), []
+
+    def worker(me):
+        for _ in range(3000):
+            out = pool.take("rows", (4,), torch.float32, "cpu")
+            with guard:
+                if out.data_ptr() in held:
+                    clashes.append((me, held[out.data_ptr()]))
+                held[out.data_ptr()] = me
+            time.sleep(0)  # the others run while this one holds it
+            with guard:
+                del held[out.data_ptr()]
+            del out
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not clashes, f"{len(clashes)} tensors were handed to a second thread while held"
 
 
 @pytest.mark.parametrize("priority", [[1.0, float("nan")], [1.0, float("inf")], [-1.0, 2.0]])

@@ -18,7 +18,8 @@ What runs in C: the descent (``find_prefix``; for the sampler fused with
 batched update of one or two trees (``update``), the weights' final division
 and float32 conversion, a uniform sample's slots from its uniforms
 (``uniform_slots``), the row gathers of a sample (``gather_rows``, from
-row-major columns or fields of interleaved rows), a ring writer's
+row-major columns or fields of interleaved rows; ``GatherBlock`` keeps its
+argument table per storage), a ring writer's
 generations at sampled slots (``ring_generation``, arithmetic) and the
 happy-path checks of indices and priorities (and, after torch's pow, that no
 transform overflowed), and an ``extend``'s whole write (``rb_extend_prepare``
@@ -54,6 +55,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -342,6 +344,53 @@ def gather_rows(columns, index: torch.Tensor, outs, layouts) -> None:
                                         index.data_ptr(), index.shape[0], rows)
     if code > 0:
         raise ValueError(f"index={int(index[code - 1])}, but should be in [0, {rows})")
+
+
+def _no_block() -> None:
+    return None
+
+
+class GatherBlock:
+    """``gather_rows``'s argument table for one fixed list of columns, built once: the
+    columns' addresses, row strides and row bytes (and the row count); a call writes
+    only the outputs' addresses, under a lock (the C call releases the GIL, and
+    concurrent samples share the table). Rebuilding the table per call (a ctypes array
+    from four lists, the bounds and the checks of ``usable``) cost more than the
+    copy of a small batch. ``usable``: False unless every column is a CPU tensor
+    with contiguous rows (``row_layouts`` not None); then the caller gathers as before."""
+
+    __slots__ = ("cols", "columns", "k", "rows", "ptrs", "base", "usable", "lock")
+
+    def __init__(self, cols, columns, layouts):
+        self.cols = cols  # the object the table was built from (compared by identity)
+        self.columns = columns  # kept alive: the table holds their addresses
+        self.k = k = len(columns)
+        self.usable = bool(columns) and all(c.device.type == "cpu" for c in columns) \
+            and all(layout is not None for layout in layouts)
+        self.rows = min((c.shape[0] for c in columns), default=0)
+        self.ptrs = (ctypes.c_int64 * (4 * k))(
+            *[c.data_ptr() for c in columns], *[layout[0] if layout else 0 for layout in layouts],
+            *[layout[1] if layout else 0 for layout in layouts], *[0] * k)
+        self.base = ctypes.addressof(self.ptrs)
+        self.lock = threading.Lock()
+
+    def __reduce__(self):
+        """A copy or a pickle of the storage carries no table (its addresses are this
+        storage's memory): the next gather builds its own."""
+        return _no_block, ()
+
+    def gather(self, index: torch.Tensor, outs) -> None:
+        """``outs[c][i] = columns[c][index[i]]``: ``index`` a contiguous CPU int64 tensor,
+        ``outs`` contiguous CPU tensors of ``len(index)`` rows (the caller's pool makes
+        them so); ValueError (nothing copied) for an index outside the columns."""
+        k, ptrs, base = self.k, self.ptrs, self.base
+        with self.lock:
+            for c, out in enumerate(outs):
+                ptrs[3 * k + c] = out.data_ptr()
+            code = _state["lib"].rb_gather_rows(k, base, base + 8 * k, base + 16 * k, base + 24 * k,
+                                                index.data_ptr(), index.shape[0], self.rows)
+        if code > 0:
+            raise ValueError(f"index={int(index[code - 1])}, but should be in [0, {self.rows})")
 
 
 def ring_generation(index: torch.Tensor, write_count: int, capacity: int,

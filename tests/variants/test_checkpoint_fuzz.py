@@ -99,7 +99,9 @@ def replaced(obj, path, value, delete=False):
 
 
 def tensor_mutations(t: torch.Tensor):
-    out = {"as list": t.tolist(), "0-d": torch.tensor(0, dtype=t.dtype), "empty": t[:0].clone()}
+    # a 0-d tensor (an earlier mutation's "0-d") cannot be sliced: its empty is 1-d
+    empty = t[:0].clone() if t.dim() else torch.empty(0, dtype=t.dtype)
+    out = {"as list": t.tolist(), "0-d": torch.tensor(0, dtype=t.dtype), "empty": empty}
     for dtype in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.uint8):
         if dtype != t.dtype:
             out[f"as {dtype}"] = t.to(dtype)

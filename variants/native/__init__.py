@@ -334,16 +334,8 @@ def gather_rows(columns, index: torch.Tensor, outs, layouts) -> None:
     """``outs[c][i] = columns[c][index[i]]`` for CPU tensors of equal first dimension
     whose rows are contiguous (``layouts``: their ``row_layout``s), ``outs``
     contiguous with ``len(index)`` rows; ValueError (nothing copied) for an index
-    outside the columns."""
-    k = len(columns)
-    ptrs = (ctypes.c_int64 * (4 * k))(*[c.data_ptr() for c in columns], *[s for s, _ in layouts],
-                                      *[b for _, b in layouts], *[o.data_ptr() for o in outs])
-    base = ctypes.addressof(ptrs)
-    rows = min(c.shape[0] for c in columns)
-    code = _state["lib"].rb_gather_rows(k, base, base + 8 * k, base + 16 * k, base + 24 * k,
-                                        index.data_ptr(), index.shape[0], rows)
-    if code > 0:
-        raise ValueError(f"index={int(index[code - 1])}, but should be in [0, {rows})")
+    outside the columns. A table for one call (``GatherBlock`` keeps one per storage)."""
+    GatherBlock(None, columns, layouts).gather(index, outs)
 
 
 def _no_block() -> None:

@@ -13,18 +13,22 @@ uniform in [0, 10)), checks before timing that
   (the masked path), leaves the triton trees (single launch, then per-level)
   bit-identical to the device variant's (both use torch's pow on CUDA for
   the stored values, so the leaves are the same bits);
-* both sample the same indices from the same generator state;
+* both sample the same indices from the same generator state, and with
+  twin generators on the GPU the indices of the reference's draw;
 
 then times, round-robin over all cases (one call each per round, so that
 machine noise hits all alike), ``torch.cuda.synchronize()`` before the clock
 starts and inside the timed region, the median and minimum of ``--reps``
 calls of:
 
-* ``sample`` (indices, weights and gathered rows) for each batch size, the
-  descent alone (``find_prefix`` on masses already on the GPU), the host
-  draw of the uniforms and their copy to the GPU (what the reference's
-  random stream costs), and the floor: ``index_select`` of the rows of an
-  earlier sample from separate contiguous columns;
+* ``sample`` (indices, weights and gathered rows) for each batch size, with
+  the buffer's generator (on the CPU: the uniforms drawn on the host and
+  copied) and with a generator on the GPU (drawn in place); the descent
+  alone (``find_prefix`` on masses already on the GPU); the host draw of the
+  uniforms and their copy to the GPU (what the reference's random stream
+  costs with a CPU generator) and their draw on the GPU; and the floor:
+  ``index_select`` of the rows of an earlier sample from separate contiguous
+  columns;
 * ``update_priority`` of a batch of random slots (the same every call:
   idempotent), with its checks read back in one synchronisation (the
   default off the CPU) and one by one (the full path), the tree update alone (``update_trees`` / ``update_pair``
@@ -94,6 +98,26 @@ def trees_equal(a, b) -> bool:
     sa, sb = a.sampler, b.sampler
     return bool(torch.equal(sa.sum_tree.nodes, sb.sum_tree.nodes)
                 and torch.equal(sa.min_tree.nodes, sb.min_tree.nodes))
+
+
+def drawing_on(buffer, generator, batch: int):
+    """``buffer.sample(batch)`` drawing from ``generator`` (the buffer's own restored after)."""
+    own, buffer.generator = buffer.generator, generator
+    try:
+        return buffer.sample(batch)
+    finally:
+        buffer.generator = own
+
+
+def same_gpu_draws(dev_buf, tri_buf, batch: int) -> bool:
+    """With three twin generators on the GPU: both variants sample the indices that the
+    reference's draw (``draw_uniforms``) maps to through the trees (``indices_from_uniforms``)."""
+    from rbcheck.reference.random_sampler import draw_uniforms
+
+    twins = [torch.Generator(device=DEVICE).manual_seed(11) for _ in range(3)]
+    want = tri_buf.sampler.indices_from_uniforms(draw_uniforms(batch, twins[2]))
+    return all(torch.equal(drawing_on(b, g, batch)[1]["index"], want)
+               for b, g in ((dev_buf, twins[0]), (tri_buf, twins[1])))
 
 
 def timed(fn):
@@ -188,6 +212,9 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         check(checks, f"{tag} sample {batch}: triton indices == device indices",
               lambda batch=batch: torch.equal(dev_buf.sample(batch)[1]["index"],
                                               tri_buf.sample(batch)[1]["index"]))
+        check(checks, f"{tag} sample {batch}, generator on the GPU: triton indices == device indices == "
+                      "the indices of the reference's draw (draw_uniforms) from a twin generator",
+              lambda batch=batch: same_gpu_draws(dev_buf, tri_buf, batch))
 
     # the cases
     cases = {}
@@ -196,6 +223,7 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
     st, mt = tri_buf.sampler.sum_tree, tri_buf.sampler.min_tree
     ds, dm = dev_buf.sampler.sum_tree, dev_buf.sampler.min_tree
     total = float(ds.nodes[1])
+    gpu_gen = torch.Generator(device=DEVICE).manual_seed(4)
     for batch in sample_batches:
         index_sets = [dev_buf.sample(batch)[1]["index"].clone() for _ in range(16)]
         turn = iter(range(1 << 62))
@@ -204,8 +232,14 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
             lambda s=index_sets, t=turn: [torch.index_select(c, 0, s[next(t) % 16]) for c in columns])
         cases[f"sample {batch} | uniforms: host draw + copy"] = timed(
             lambda batch=batch: torch.rand(batch, generator=g, dtype=torch.float64).to(DEVICE))
+        cases[f"sample {batch} | uniforms: device draw"] = timed(
+            lambda batch=batch: torch.rand(batch, generator=gpu_gen, dtype=torch.float64, device=DEVICE))
         cases[f"sample {batch} | triton"] = timed(lambda batch=batch: tri_buf.sample(batch))
+        cases[f"sample {batch} | triton, generator on the GPU"] = timed(
+            lambda batch=batch: drawing_on(tri_buf, gpu_gen, batch))
         cases[f"sample {batch} | device"] = timed(lambda batch=batch: dev_buf.sample(batch))
+        cases[f"sample {batch} | device, generator on the GPU"] = timed(
+            lambda batch=batch: drawing_on(dev_buf, gpu_gen, batch))
         cases[f"sample {batch} | triton descent only"] = timed(
             lambda m=mass: triton_tree.find_prefix(st.nodes, m, st.size))
         cases[f"sample {batch} | device descent only"] = timed(

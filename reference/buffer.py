@@ -15,7 +15,9 @@ Contract
   ``<arg>=<got>, but should be <allowed>`` and leave the buffer unchanged.
 * ``state_dict``/``load_state_dict`` and ``dumps``/``loads`` (a checkpoint directory,
   ``checkpoint.py``) round-trip the whole state, ``generator`` included (an int seed, None for
-  torch's default seed, or a ``torch.Generator``), so the next samples are identical.
+  torch's default seed, or a ``torch.Generator`` on any device: samplers draw on its device,
+  ``random_sampler.draw_uniforms``), so the next samples are identical. A state saved from a
+  generator on another kind of device is refused (ValueError, nothing changed).
 
 Cost: ``extend`` O(n * row size) (+ O(n log capacity) prioritized), ``sample`` O(B * row size)
 plus the sampler's cost.
@@ -135,7 +137,7 @@ class ReplayBuffer:
             writer.load_state_dict(state["writer"])
             storage.load_state_dict(state["storage"], min(writer.write_count, self.capacity))  # slots fill in order
             sampler.load_state_dict(state["sampler"])
-            torch.Generator().set_state(state["generator"])  # validates the generator state
+            torch.Generator(self.generator.device).set_state(state["generator"])  # validates it
         except (KeyError, TypeError, AttributeError, IndexError, OverflowError, RuntimeError) as error:
             raise ValueError(f"state={error!r}, but should be a complete, valid state_dict") from error
         for part, loaded in zip(live, staged, strict=True):

@@ -12,7 +12,7 @@ Contract
 * ``max_priority`` is a Python float: the largest raw priority seen over the buffer's life (any
   path), starting at 1.0. A new row written without a priority gets ``max_priority``.
 * A draw picks slot ``i`` with probability ``P_i = leaf_i / total``: with
-  ``u = torch.rand(B, dtype=float64)`` the slots are ``SumTree.find_prefix(u * total)``.
+  ``u = draw_uniforms(B, generator)`` (``random_sampler.py``) the slots are ``SumTree.find_prefix(u * total)``.
 * ``weight_i = (N * P_i) ** -beta / (N * P_min) ** -beta``, in float64 returned as float32, with
   ``N`` the number of stored rows and ``P_min`` the smallest positive probability over the STORED
   rows (not the batch), so the largest possible weight is 1. A stored 0 (raw 0 with ``eps = 0``)
@@ -41,7 +41,7 @@ from rbcheck.reference.arguments import (
     check_priority,
     transform_priority,
 )
-from rbcheck.reference.random_sampler import check_not_empty
+from rbcheck.reference.random_sampler import check_not_empty, draw_uniforms
 from rbcheck.reference.sum_tree import MinTree, SumTree
 
 
@@ -99,7 +99,7 @@ class PrioritizedSampler:
         total = self.sum_tree.total()
         if not total > 0:
             raise ValueError(f"total priority={total}, but should be > 0 to sample")
-        u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
+        u = draw_uniforms(batch_size, generator)
         index = self.indices_from_uniforms(u)
         n, p, p_min = len(storage), self.sum_tree.leaf(index) / total, self.min_tree.min() / total
         weight = (n * p) ** -self.beta / (n * p_min) ** -self.beta

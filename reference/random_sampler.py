@@ -2,10 +2,15 @@
 
 Contract
 --------
-* ``sample(storage, batch_size, generator)`` draws ``u = torch.rand(batch_size,
-  generator=generator, dtype=torch.float64)`` and returns ``{"index": indices_from_uniforms(u,
-  len(storage))}`` with ``indices_from_uniforms(u, size) = min(floor(u * size), size - 1)``:
-  the same uniforms give the same indices in every implementation that shares the randomness.
+* ``sample(storage, batch_size, generator)`` draws ``u = draw_uniforms(batch_size, generator)``
+  and returns ``{"index": indices_from_uniforms(u, len(storage))}`` with
+  ``indices_from_uniforms(u, size) = min(floor(u * size), size - 1)``: the same uniforms give
+  the same indices in every implementation that shares the randomness.
+* ``draw_uniforms`` is every sampler's draw: ``torch.rand(n, generator=generator,
+  dtype=torch.float64)`` on the GENERATOR's device (torch's stream there: a CPU generator's
+  Mersenne twister, a CUDA generator's Philox), read on the CPU. So a seed gives the same draws
+  wherever the rows live, and a buffer on a GPU with a generator on that GPU can draw them in
+  place: the same bits, no host draw.
 * Every valid row has probability ``1 / len(storage)`` per draw.
 
 Cost: O(batch_size). No state besides the caller's generator.
@@ -16,6 +21,11 @@ from __future__ import annotations
 import torch
 
 from rbcheck.reference.arguments import check_int
+
+
+def draw_uniforms(n: int, generator: torch.Generator) -> torch.Tensor:
+    """float64[n] uniforms in [0, 1) from ``generator``, drawn on its device, on the CPU."""
+    return torch.rand(n, generator=generator, dtype=torch.float64, device=generator.device).cpu()
 
 
 def check_not_empty(storage) -> None:
@@ -30,7 +40,7 @@ class RandomSampler:
         """``{"index": int64[batch_size]}``; ``cursor`` is unused (same signature as the others)."""
         check_int("batch_size", batch_size)
         check_not_empty(storage)
-        u = torch.rand(batch_size, generator=generator, dtype=torch.float64)
+        u = draw_uniforms(batch_size, generator)
         return {"index": self.indices_from_uniforms(u, len(storage))}
 
     def indices_from_uniforms(self, u: torch.Tensor, size: int) -> torch.Tensor:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from rbcheck.reference.arguments import check_int
-from rbcheck.reference.random_sampler import check_not_empty
+from rbcheck.reference.random_sampler import check_not_empty, draw_uniforms
 
 
 class SliceSampler:
@@ -81,10 +81,10 @@ class SliceSampler:
         if len(eligible) == 0:
             raise ValueError(f"trajectories of length >= slice_len={slice_len}: 0, but should be >= 1 "
                              f"(longest is {int(length.max())}; try strict_length=False)")
-        pick = torch.rand(num_slices, generator=generator, dtype=torch.float64)
+        pick = draw_uniforms(num_slices, generator)
         traj = eligible[torch.floor(pick * len(eligible)).long().clamp_(max=len(eligible) - 1)]
         span = (length[traj] - slice_len).clamp(min=0) + 1  # number of possible starts
-        offset = torch.floor(torch.rand(num_slices, generator=generator, dtype=torch.float64) * span)
+        offset = torch.floor(draw_uniforms(num_slices, generator) * span)
         first = start[traj] + offset.long().minimum(span - 1)
         rows = length[traj].clamp(max=slice_len)  # slice lengths (all slice_len when strict)
         pairs = zip(first.tolist(), rows.tolist(), strict=True)

@@ -7,9 +7,11 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
   reference's torch expression, so on the CPU the stored values are the
   reference's bits. (On CUDA, torch's float64 ``pow`` may differ from the
   CPU's in the last bit; everything downstream of the leaves is exact.)
-* the same random stream: uniforms are drawn on the CPU from the caller's
-  generator exactly as the reference draws them, then moved to the device,
-  so with the same seed the variant samples the reference's indices;
+* the same random stream: uniforms are drawn from the caller's generator
+  exactly as the reference draws them (on the generator's device), so with
+  the same seed the variant samples the reference's indices; a generator on
+  the trees' GPU draws them there (no host draw, no copy), one on the CPU
+  draws them there and they are moved (``random_sampler.draw_into``);
 * ``max_priority`` a Python float (property) backed by a 0-d device tensor,
   so new rows and updates need no host round trip for it;
 * stale entries (generation != current) dropped by a mask, without
@@ -53,6 +55,7 @@ from rbcheck.reference.random_sampler import check_not_empty
 from rbcheck.variants import native
 from rbcheck.variants.device_storage import TensorPool
 from rbcheck.variants.device_storage import check_index_fast as check_index
+from rbcheck.variants.random_sampler import draw_into
 from rbcheck.variants.vector_tree import (
     VectorMinTree,
     VectorSumTree,
@@ -236,8 +239,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         if not total > 0:
             raise ValueError(f"total priority={total}, but should be > 0 to sample")
         work, dev = self.work, self.device
-        u = workspace(work, "u", (batch_size,), torch.float64, "cpu")
-        torch.rand(batch_size, generator=generator, dtype=torch.float64, out=u)  # the reference's draw
+        u = draw_into(work, batch_size, generator, dev)  # the reference's draw
         index = self.pool.take("index", (batch_size,), torch.long, dev)
         leaf = workspace(work, "leaf", (batch_size,), torch.float64, dev)
         out = self.pool.take("weight", (batch_size,), torch.float32, dev)

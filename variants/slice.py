@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from rbcheck.reference.random_sampler import check_not_empty
+from rbcheck.reference.random_sampler import check_not_empty, draw_uniforms
 from rbcheck.reference.slice_sampler import SliceSampler as ReferenceSliceSampler
 from rbcheck.variants.device_storage import ring_slices
 
@@ -146,11 +146,11 @@ class SliceSampler(ReferenceSliceSampler):
                 f"trajectories of length >= slice_len={slice_len}: 0, but should be >= 1 "
                 f"(longest is {longest}; try strict_length=False)"
             )
-        pick = torch.rand(num_slices, generator=generator, dtype=torch.float64)
+        pick = draw_uniforms(num_slices, generator)
         run = self._elig[self._e_lo + torch.floor(pick * count).long().clamp_(max=count - 1)]
         start, length = self._bounds(run)
         span = (length - slice_len).clamp(min=0) + 1  # number of possible starts
-        offset = torch.floor(torch.rand(num_slices, generator=generator, dtype=torch.float64) * span)
+        offset = torch.floor(draw_uniforms(num_slices, generator) * span)
         first = start + offset.long().minimum(span - 1)
         rows = length.clamp(max=slice_len)
         total = int(rows.sum())

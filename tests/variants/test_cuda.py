@@ -97,3 +97,65 @@ def test_cuda_slice_and_random_samplers_match_reference():
             var.extend(td.to("cuda"))
             (_, want), (_, got) = ref.sample(16), var.sample(16)
             assert torch.equal(got["index"].cpu(), want["index"])
+
+
+def cuda_generator(seed):
+    return torch.Generator("cuda").manual_seed(seed)
+
+
+@pytest.mark.parametrize("kind", ["torch", "triton", "random", "slice"])
+def test_a_generator_on_the_gpu_gives_the_references_draws_without_a_host_draw(kind, monkeypatch):
+    """exact given the same CUDA generator state: the reference draws on the generator's
+    device (``draw_uniforms``); the variants draw into a workspace on the GPU and never
+    call the host path (replaced here by one that fails)."""
+    from rbcheck.variants import random_sampler as variant_random
+
+    def sampler(mod):
+        if kind == "slice":
+            return mod.SliceSampler(slice_len=4)
+        if kind == "random":
+            return mod.RandomSampler()
+        extra = {} if mod is reference else {"backend": kind}
+        return mod.PrioritizedSampler(1000, 1.0, 0.4, 0.0, **extra)  # no pow: bit-identical trees
+
+    ref = reference.ReplayBuffer(1000, sampler=sampler(reference), generator=cuda_generator(5))
+    var = variants.ReplayBuffer(1000, sampler=sampler(variants), generator=cuda_generator(5), device="cuda")
+    monkeypatch.setattr(variant_random, "draw_uniforms", lambda *args: pytest.fail("a host draw"))
+    g = torch.Generator().manual_seed(1)
+    for step in range(5):
+        td = TensorDict({"episode": torch.arange(300) // 7 + 100 * step, "x": torch.rand(300, generator=g),
+                         "priority": torch.rand(300, generator=g) * 3}, batch_size=[300])
+        ref.extend(td)
+        var.extend(td.to("cuda"))
+        (_, want), (_, got) = ref.sample(256), var.sample(256)
+        assert got["index"].is_cuda and torch.equal(got["index"].cpu(), want["index"])
+        if "weight" in want:
+            assert torch.allclose(got["weight"].cpu(), want["weight"], rtol=1e-6, atol=0)
+    assert torch.equal(var.generator.get_state(), ref.generator.get_state())  # the same draws consumed
+
+
+def test_a_checkpoint_keeps_a_gpu_generator_and_refuses_a_cpu_ones(tmp_path):
+    """the state round-trips the CUDA generator (the next samples are the saved buffer's);
+    a checkpoint saved with a CPU generator is refused by a buffer whose generator is on
+    the GPU (ValueError naming the state), which then samples as an untouched twin."""
+    def make(generator):
+        sampler = variants.PrioritizedSampler(500, 0.6, 0.4)
+        return variants.ReplayBuffer(500, sampler=sampler, generator=generator, device="cuda")
+
+    saved, loaded, twin = make(cuda_generator(3)), make(cuda_generator(99)), make(cuda_generator(99))
+    td = TensorDict({"x": torch.arange(400.0)}, batch_size=[400]).to("cuda")
+    for buffer in (saved, loaded, twin):
+        buffer.extend(td)
+    saved.sample(64)
+    saved.dumps(tmp_path / "gpu")
+    loaded.loads(tmp_path / "gpu")
+    assert torch.equal(loaded.sample(128)[1]["index"], saved.sample(128)[1]["index"])
+    on_cpu = variants.ReplayBuffer(500, sampler=variants.PrioritizedSampler(500, 0.6, 0.4), generator=3,
+                                   device="cuda")
+    on_cpu.extend(td)
+    on_cpu.dumps(tmp_path / "cpu")
+    refused = make(cuda_generator(99))
+    refused.extend(td)
+    with pytest.raises(ValueError, match="state="):
+        refused.loads(tmp_path / "cpu")
+    assert torch.equal(refused.sample(128)[1]["index"], twin.sample(128)[1]["index"])

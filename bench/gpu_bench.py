@@ -23,7 +23,8 @@ calls of:
 
 * ``sample`` (indices, weights and gathered rows) for each batch size, with
   the buffer's generator (on the CPU: the uniforms drawn on the host and
-  copied) and with a generator on the GPU (drawn in place); the descent
+  copied) and with a generator on the GPU (drawn in place), and three of
+  its parts (the sampler, the rows' gather, the write generations); the descent
   alone (``find_prefix`` on masses already on the GPU); the host draw of the
   uniforms and their copy to the GPU (what the reference's random stream
   costs with a CPU generator) and their draw on the GPU; and the floor:
@@ -237,6 +238,12 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         cases[f"sample {batch} | triton"] = timed(lambda batch=batch: tri_buf.sample(batch))
         cases[f"sample {batch} | triton, generator on the GPU"] = timed(
             lambda batch=batch: drawing_on(tri_buf, gpu_gen, batch))
+        cases[f"sample {batch} | triton, generator on the GPU: sampler only"] = timed(
+            lambda batch=batch: tri_buf.sampler.sample(tri_buf.storage, batch, gpu_gen))
+        cases[f"sample {batch} | triton: gather only"] = timed(
+            lambda s=index_sets, t=turn: tri_buf.storage.gather(s[next(t) % 16]))
+        cases[f"sample {batch} | triton: generations only"] = timed(
+            lambda s=index_sets, t=turn: tri_buf.writer.generation_at(s[next(t) % 16]))
         cases[f"sample {batch} | device"] = timed(lambda batch=batch: dev_buf.sample(batch))
         cases[f"sample {batch} | device, generator on the GPU"] = timed(
             lambda batch=batch: drawing_on(dev_buf, gpu_gen, batch))

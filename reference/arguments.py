@@ -116,3 +116,14 @@ def as_generator(generator) -> torch.Generator:
     if not isinstance(generator, int) or isinstance(generator, bool):
         raise ValueError(f"generator={generator!r}, but should be None, an int seed or a torch.Generator")
     return torch.Generator().manual_seed(generator)
+
+
+def check_generator_state(state, device: torch.device) -> None:
+    """ValueError unless ``state`` is a valid state of a generator on ``device``'s kind
+    (a CPU generator's differs in size from a CUDA one's)."""
+    try:
+        torch.Generator(device).set_state(state)
+    except RuntimeError as error:
+        size = state.numel() if isinstance(state, torch.Tensor) else type(state).__name__
+        raise ValueError(f"generator state={size} bytes ({error}), but should be the state of a "
+                         f"{device.type} generator, the buffer's") from error

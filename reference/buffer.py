@@ -31,7 +31,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbcheck.reference import pinning
-from rbcheck.reference.arguments import as_generator, check_index, check_int
+from rbcheck.reference.arguments import as_generator, check_generator_state, check_index, check_int
 from rbcheck.reference.checkpoint import load_checkpoint, save_checkpoint
 from rbcheck.reference.random_sampler import RandomSampler
 from rbcheck.reference.storage import TensorStorage
@@ -137,7 +137,7 @@ class ReplayBuffer:
             writer.load_state_dict(state["writer"])
             storage.load_state_dict(state["storage"], min(writer.write_count, self.capacity))  # slots fill in order
             sampler.load_state_dict(state["sampler"])
-            torch.Generator(self.generator.device).set_state(state["generator"])  # validates it
+            check_generator_state(state["generator"], self.generator.device)
         except (KeyError, TypeError, AttributeError, IndexError, OverflowError, RuntimeError) as error:
             raise ValueError(f"state={error!r}, but should be a complete, valid state_dict") from error
         for part, loaded in zip(live, staged, strict=True):

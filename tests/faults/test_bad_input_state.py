@@ -63,3 +63,20 @@ def test_priority_key_none_ignores_a_priority_column(own):
     buf.extend(TensorDict({"x": torch.arange(2), "priority": torch.tensor([5.0, 6.0])}, [2]))
     assert buf.max_priority == 1.0
     assert buf.stored_priority(torch.arange(2)).tolist() == [1.0, 1.0]
+
+
+def test_a_generator_state_of_another_device_kind_is_refused_by_name(own):
+    """exact: a state whose generator is another kind's (a CUDA generator's 16 bytes
+    in a CPU buffer's state) is refused naming the generator; nothing changes."""
+    import torch
+
+    from rbcheck.harness.protocol import BufferSpec
+
+    buf = own.make(BufferSpec(capacity=8))
+    fill(buf, BufferSpec(capacity=8), own.conventions)
+    before = cpu(buf.buffer.state_dict())
+    state = buf.buffer.state_dict()
+    state["generator"] = torch.zeros(16, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"generator state=16 bytes .*, but should be the state of a cpu"):
+        buf.buffer.load_state_dict(state)
+    assert same(cpu(buf.buffer.state_dict()), before)

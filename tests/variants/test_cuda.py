@@ -14,6 +14,7 @@ import torch
 from tensordict import TensorDict
 
 from rbcheck import reference, variants
+from rbcheck.reference.checkpoint_format import CheckpointError
 
 pytestmark = [
     pytest.mark.cuda,
@@ -137,7 +138,7 @@ def test_a_generator_on_the_gpu_gives_the_references_draws_without_a_host_draw(k
 def test_a_checkpoint_keeps_a_gpu_generator_and_refuses_a_cpu_ones(tmp_path):
     """the state round-trips the CUDA generator (the next samples are the saved buffer's);
     a checkpoint saved with a CPU generator is refused by a buffer whose generator is on
-    the GPU (ValueError naming the state), which then samples as an untouched twin."""
+    the GPU (CheckpointError naming the generator), which then samples as an untouched twin."""
     def make(generator):
         sampler = variants.PrioritizedSampler(500, 0.6, 0.4)
         return variants.ReplayBuffer(500, sampler=sampler, generator=generator, device="cuda")
@@ -156,6 +157,6 @@ def test_a_checkpoint_keeps_a_gpu_generator_and_refuses_a_cpu_ones(tmp_path):
     on_cpu.dumps(tmp_path / "cpu")
     refused = make(cuda_generator(99))
     refused.extend(td)
-    with pytest.raises(ValueError, match="state="):
+    with pytest.raises(CheckpointError, match="generator state=5056 bytes .*, but should be the state of a cuda"):
         refused.loads(tmp_path / "cpu")
     assert torch.equal(refused.sample(128)[1]["index"], twin.sample(128)[1]["index"])

@@ -43,7 +43,7 @@ from rbcheck.variants.device_storage import (
     check_index_fast,
     default_device,
 )
-from rbcheck.variants.extend_fast import try_extend
+from rbcheck.variants.extend_fast import extend_lock, try_extend
 from rbcheck.variants.random_sampler import RandomSampler
 
 
@@ -69,22 +69,24 @@ class ReplayBuffer(ReferenceReplayBuffer):
             self.sampler.to(self.device)
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
-        """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
-        index = try_extend(self, data)  # the same checks and state, less Python (extend_fast.py)
-        if index is not None:
+        """Write the rows of ``data`` (batch ``[n]``); return their int64 slots. Extends into
+        one storage take turns, whichever path each takes (``extend_fast.extend_lock``)."""
+        with extend_lock(self.storage):
+            index = try_extend(self, data)  # the same checks and state, less Python
+            if index is not None:
+                return index
+            self.storage.check(data)
+            n, priority = data.batch_size[0], self.priority_of(data)  # the reference's checks
+            first = self.writer.cursor
+            index = self.writer.next_indices(n)
+            if hasattr(self.storage, "write"):
+                self.storage.write(first, data, checked=True)  # checked before the writer moved
+            else:
+                self.storage.set(index, data)
+            self.sampler.on_write(index, priority)
+            if hasattr(self.sampler, "observe"):
+                self.sampler.observe(self.storage, n)
             return index
-        self.storage.check(data)
-        n, priority = data.batch_size[0], self.priority_of(data)  # the reference's checks
-        first = self.writer.cursor
-        index = self.writer.next_indices(n)
-        if hasattr(self.storage, "write"):
-            self.storage.write(first, data, checked=True)  # checked above, before the writer moved
-        else:
-            self.storage.set(index, data)
-        self.sampler.on_write(index, priority)
-        if hasattr(self.sampler, "observe"):
-            self.sampler.observe(self.storage, n)
-        return index
 
     def sample(self, batch_size: int | None = None) -> tuple[TensorDictBase, dict]:
         """``(rows, info)`` as the reference; tensors on the buffer's device."""

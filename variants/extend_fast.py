@@ -117,7 +117,7 @@ class _Plan:
     place), the others every call."""
 
     __slots__ = ("cols", "specs", "layouts", "block", "address", "bound", "value", "views", "high", "priority",
-                 "libm_pow", "lock")
+                 "libm_pow")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
@@ -127,7 +127,6 @@ class _Plan:
         self.bound: dict = {}
         self.value = None
         self.libm_pow = False  # rb_extend_prepare may finish a one-row transform (see bind_sampler)
-        self.lock = threading.Lock()
         self.priority = (None, None)  # (priority key, (column, is_float32) or None)
         layouts = [native.row_layout(column) for _, column in self.cols]
         if storage.device.type != "cpu" or any(len(key) != 1 for key, _ in self.cols) \
@@ -212,6 +211,31 @@ def _no_plan() -> None:
     return None
 
 
+class _ExtendLock:
+    """One storage's extend lock (``extend_lock``): a shallow copy of the storage shares it
+    (the same rows), a deep copy or a pickle gets a new one (another storage)."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self):
+        self.lock = threading.Lock()
+
+    def __reduce__(self):
+        return _ExtendLock, ()
+
+
+def extend_lock(storage) -> threading.Lock:
+    """The ONE lock every extend into ``storage`` holds (``ReplayBuffer.extend``: the fast
+    paths and the full path alike) from before it reads the writer's count and cursor until
+    it has moved them. Made once per storage (``dict.setdefault`` is atomic) and never
+    replaced: unlike the plan, which the first fast extend builds and a new column list
+    rebuilds, it is there before any thread could race to make it."""
+    holder = storage.__dict__.get("_extend_lock")
+    if holder is None:
+        holder = storage.__dict__.setdefault("_extend_lock", _ExtendLock())
+    return holder.lock
+
+
 def _bits(x: float) -> int:
     """The int64 whose bytes are the double ``x``."""
     return ctypes.c_int64.from_buffer_copy(ctypes.c_double(x)).value
@@ -260,7 +284,9 @@ def try_extend(buffer, data) -> torch.Tensor | None:
     Python, then for a prioritized buffer ``rb_extend_prepare`` (the priorities' checks,
     ``+ eps``, the max) and torch's pow, then ONE native call (``rb_extend``) that checks no
     transform overflowed and writes the trees, the max priority, the rows, the generations
-    and the slots returned. Without it (or with Triton's interpreter), ``_try_extend_torch``."""
+    and the slots returned. Without it (or with Triton's interpreter), ``_try_extend_torch``.
+    The caller holds ``extend_lock(buffer.storage)`` (the native calls release the GIL and
+    read the plan's one block; the write count is read, then moved)."""
     if type(data) is not TensorDict or not ENABLED:
         return None
     lib = native._state.get("lib") or native.lib()
@@ -285,13 +311,12 @@ def try_extend(buffer, data) -> torch.Tensor | None:
         return _try_extend_torch(buffer, data)
     if len(source) != len(plan.specs):
         return None
-    with plan.lock:  # one extend at a time fills the block and calls (the calls release the GIL)
-        return _write(buffer, data, plan, lib, source, n, capacity, prioritized)
+    return _write(buffer, data, plan, lib, source, n, capacity, prioritized)
 
 
 def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
            prioritized: bool) -> torch.Tensor | None:
-    """``try_extend`` from the layout check on, under the plan's lock."""
+    """``try_extend`` from the layout check on (under the storage's ``extend_lock``)."""
     storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
     bound = plan.bound
     generation = writer.generation

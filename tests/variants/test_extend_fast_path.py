@@ -11,6 +11,7 @@ be able to fail (a fast path that drops a generation is caught).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 
@@ -363,8 +364,8 @@ def test_a_c_transform_that_differs_from_torchs_is_refused_and_caught(monkeypatc
 @pytest.mark.parametrize("sampler", ["random", "prioritized"])
 def test_concurrent_extends_keep_the_native_block_consistent(sampler):
     """The native calls release the GIL and read one argument block per storage: extends
-    from several threads take turns (the plan's lock), so each writes its own rows and
-    slots and the count adds up (no torn block: no stray write, no crash)."""
+    from several threads take turns (the storage's ``extend_lock``), so each writes its own
+    rows and slots and the count adds up (no torn block: no stray write, no crash)."""
     _, fast, _ = three(64, sampler)
     fast.extend(flat_rows(1, 0, [1.0]))
     slots: list = []
@@ -382,3 +383,63 @@ def test_concurrent_extends_keep_the_native_block_consistent(sampler):
     assert sorted(s for (s,) in slots) == sorted((1 + i) % 64 for i in range(400))
     written = {0} | {1000 * t + i for t in range(4) for i in range(100)}
     assert set(fast.storage.data["obs"][:, 0].long().tolist()) <= written
+
+
+class _MeetingExtend:
+    """The native library with an ``rb_extend`` that first waits for the other thread (``meet``)."""
+
+    def __init__(self, lib, meet):
+        self._lib, self._meet = lib, meet
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def rb_extend(self, args):
+        self._meet()
+        return self._lib.rb_extend(args)
+
+
+@pytest.mark.parametrize("path,sampler", [("native", "prioritized"), ("torch", "random"),
+                                          ("full", "prioritized")])
+def test_two_extends_that_would_interleave_take_turns(path, sampler, monkeypatch):
+    """Every extend path (the native one, whose first call builds the storage's plan; the
+    torch copies; the full path) holds one lock per storage from before it reads the
+    write count and cursor until it has moved them. Forced: at each point where another
+    extend could slip in, a thread waits for the other (a ``Barrier``); while the lock is
+    held the other never comes, the wait times out and the extend goes on. Unlocked (or
+    with two plans, each with its own lock) both read the same count: a lost extend."""
+    _, fast, _ = three(8, sampler)
+    fast.extend(flat_rows(1, 0, [1.0]))  # allocates (the full path): no plan yet
+    barrier = threading.Barrier(2, timeout=0.5)
+
+    def meet():
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait()
+
+    def meeting(real):
+        return lambda *args: (meet(), real(*args))[1]
+
+    monkeypatch.setattr(extend_fast._Plan, "__init__", meeting(extend_fast._Plan.__init__))
+    monkeypatch.setitem(native._state, "lib", _MeetingExtend(native.lib(), meet))
+    monkeypatch.setattr(extend_fast, "ring_slices", meeting(extend_fast.ring_slices))
+    monkeypatch.setattr(fast.writer, "next_indices", meeting(fast.writer.next_indices))
+    monkeypatch.setattr(extend_fast, "ENABLED", path != "full")
+    slots, errors = {}, []
+
+    def work(t):
+        try:
+            slots[t] = fast.extend(flat_rows(1, 10 * t, [0.5])).tolist()
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    with native.suspended() if path == "torch" else contextlib.nullcontext():
+        threads = [threading.Thread(target=work, args=(t,)) for t in (1, 2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not errors
+    assert fast.write_count == 3
+    assert sorted(slots.values()) == [[1], [2]]
+    for t, (slot,) in slots.items():
+        assert fast.storage.data["obs"][slot, 0] == 10 * t, f"slot {slot} lost thread {t}'s row"

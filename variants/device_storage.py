@@ -138,6 +138,20 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def resolved(device) -> torch.device:
+    """``device`` with its index: ``cuda`` is the current CUDA device. (torch compares
+    devices as written: ``torch.device("cuda") != torch.device("cuda:0")``.)"""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def same_device(a, b) -> bool:
+    """Whether ``a`` and ``b`` name one device (``resolved``)."""
+    return resolved(a) == resolved(b)
+
+
 def ring_slices(first: int, n: int, capacity: int):
     """``[(slot_start, slot_stop, row_start, row_stop)]``: where rows ``0..n-1``
     written from slot ``first`` land, keeping only the last ``capacity`` rows."""
@@ -335,7 +349,7 @@ class DeviceStorage(TensorStorage):
     def _take(self, value: torch.Tensor) -> torch.Tensor:
         """The reference's copy, except for ``FreshColumns`` already on this device: those
         are adopted as they are (nobody else holds them; ``repack`` copies them into rows)."""
-        if self._adopt and value.device == self.device:
+        if self._adopt and same_device(value.device, self.device):
             return value.detach()
         return super()._take(value)
 

@@ -22,22 +22,15 @@ from rbcheck.reference.arguments import check_int
 from rbcheck.reference.random_sampler import RandomSampler as ReferenceRandomSampler
 from rbcheck.reference.random_sampler import check_not_empty, draw_uniforms
 from rbcheck.variants import native
-from rbcheck.variants.device_storage import TensorPool
+from rbcheck.variants.device_storage import TensorPool, same_device
 from rbcheck.variants.vector_tree import workspace
-
-
-def resolved(device: torch.device) -> torch.device:
-    """``device`` with its index: ``cuda`` is the current CUDA device."""
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def draw_into(work: dict, n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     """The reference's draw (``draw_uniforms``: float64[n] from ``generator`` on its
     device) into a workspace of ``work``: on ``device`` when the generator lives
     there (no copy), else on the CPU (the caller moves it)."""
-    here = generator.device.type != "cpu" and resolved(generator.device) == resolved(torch.device(device))
+    here = generator.device.type != "cpu" and same_device(generator.device, device)
     u = workspace(work, "u", (n,), torch.float64, generator.device if here else "cpu")
     if here or generator.device.type == "cpu":
         return torch.rand(n, generator=generator, dtype=torch.float64, out=u)

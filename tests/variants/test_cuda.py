@@ -160,3 +160,25 @@ def test_a_checkpoint_keeps_a_gpu_generator_and_refuses_a_cpu_ones(tmp_path):
     with pytest.raises(CheckpointError, match="generator state=5056 bytes .*, but should be the state of a cuda"):
         refused.loads(tmp_path / "cpu")
     assert torch.equal(refused.sample(128)[1]["index"], twin.sample(128)[1]["index"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_update_priority_on_cuda_reads_its_checks_in_one_sync(backend, monkeypatch):
+    """exact: on a full ring, ``update_priority`` on CUDA takes the one-synchronisation
+    path (the full path's ``check_priority`` is replaced by one that fails) and leaves the
+    reference's trees. It once never ran: the sampler's device ``cuda`` is not equal, as
+    torch compares, to the tensors' ``cuda:0``."""
+    from rbcheck.variants import prioritized
+
+    ref, var = make(backend, 512, 1.0, 0.0)
+    g = torch.Generator().manual_seed(2)
+    prio = torch.rand(600, generator=g) * 3
+    ref.extend(batch(600, 0, prio))
+    var.extend(batch(600, 0, prio).to("cuda"))
+    index = torch.randint(0, 512, (700,), generator=g)
+    new = torch.rand(700, generator=g, dtype=torch.float64) * 5
+    monkeypatch.setattr(prioritized, "check_priority", lambda *args: pytest.fail("the full path ran"))
+    var.update_priority(index.cuda(), new.cuda())
+    ref.update_priority(index, new)
+    assert torch.equal(var.sampler.sum_tree.nodes.cpu(), ref.sampler.sum_tree.nodes)
+    assert torch.equal(var.sampler.min_tree.nodes.cpu(), ref.sampler.min_tree.nodes)

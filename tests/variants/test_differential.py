@@ -354,3 +354,16 @@ def test_one_sync_update_is_the_reference_update_or_declines(alpha):
         assert torch.equal(var.sum_tree.nodes, sums) and torch.equal(var.min_tree.nodes, mins)
         assert var.max_priority == high
     assert not var._update_one_sync(index, prio)  # on the CPU it leaves the work to the C path
+
+
+def test_same_device_reads_cuda_as_the_current_cuda_device(monkeypatch):
+    """exact: torch compares devices as written (``cuda`` != ``cuda:0``); the variants'
+    device checks resolve the index first, so a sampler on ``cuda`` takes tensors on
+    ``cuda:0`` for its own (the off-CPU update path once never ran for that)."""
+    from rbcheck.variants.device_storage import same_device
+
+    assert torch.device("cuda") != torch.device("cuda:0")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert same_device("cuda", "cuda:1") and same_device(torch.device("cuda:1"), "cuda")
+    assert not same_device("cuda", "cuda:0") and not same_device("cuda", "cpu")
+    assert same_device("cpu", torch.device("cpu"))

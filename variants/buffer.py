@@ -8,8 +8,10 @@ same random stream — plus:
 
 * ``device``: where storage, writer generations, trees and returned samples
   live (default: the given storage's device, else CUDA when present, else the
-  CPU). The generator stays a CPU ``torch.Generator`` so a seed gives the
-  reference's draws on any device.
+  CPU). A seed makes a CPU ``torch.Generator``, so it gives the reference's
+  draws on any device; a generator on the buffer's GPU draws there, as the
+  reference draws on the generator's device (``draw_uniforms``), with no host
+  draw and no copy.
 * The prioritized sampler's ``backend`` (``PrioritizedSampler(...,
   backend="torch" | "triton")``) picks vectorized torch ops or Triton kernels
   for the trees (without CUDA the kernels run in Triton's interpreter: slow,

@@ -123,7 +123,6 @@ def check_generator_state(state, device: torch.device) -> None:
     (a CPU generator's differs in size from a CUDA one's)."""
     try:
         torch.Generator(device).set_state(state)
-    except RuntimeError as error:
-        size = state.numel() if isinstance(state, torch.Tensor) else type(state).__name__
-        raise ValueError(f"generator state={size} bytes ({error}), but should be the state of a "
+    except RuntimeError as error:  # a byte tensor of the wrong size (other types: TypeError)
+        raise ValueError(f"generator state={state.numel()} bytes ({error}), but should be the state of a "
                          f"{device.type} generator, the buffer's") from error

@@ -8,10 +8,12 @@ same random stream — plus:
 
 * ``device``: where storage, writer generations, trees and returned samples
   live (default: the given storage's device, else CUDA when present, else the
-  CPU). A seed makes a CPU ``torch.Generator``, so it gives the reference's
-  draws on any device; a generator on the buffer's GPU draws there, as the
-  reference draws on the generator's device (``draw_uniforms``), with no host
-  draw and no copy.
+  CPU; ``cuda`` is read as the current CUDA device, ``cuda:0``, its tensors'
+  device). A seed makes a CPU ``torch.Generator``, so it gives the
+  reference's draws on any device; with a generator on the buffer's GPU the
+  uniform and prioritized samplers draw there, as the reference draws on the
+  generator's device (``draw_uniforms``), with no host draw and no copy (the
+  slice sampler reads its draws on the CPU, where its bookkeeping is).
 * The prioritized sampler's ``backend`` (``PrioritizedSampler(...,
   backend="torch" | "triton")``) picks vectorized torch ops or Triton kernels
   for the trees (without CUDA the kernels run in Triton's interpreter: slow,
@@ -44,6 +46,7 @@ from rbcheck.variants.device_storage import (
     DeviceWriter,
     check_index_fast,
     default_device,
+    same_device,
 )
 from rbcheck.variants.extend_fast import extend_lock, try_extend
 from rbcheck.variants.random_sampler import RandomSampler
@@ -59,7 +62,7 @@ class ReplayBuffer(ReferenceReplayBuffer):
             if capacity is None:
                 raise ValueError("capacity=None, but should be an int >= 1 (or pass storage=)")
             storage = DeviceStorage(capacity, default_device() if device is None else device)
-        elif device is not None and torch.device(device) != storage.device:
+        elif device is not None and not same_device(device, storage.device):
             raise ValueError(f"device={device!r}, but should be the storage's ({storage.device})")
         if writer is None:
             writer = DeviceWriter(storage.capacity, storage.device)

@@ -233,6 +233,7 @@ class DeviceStorage(TensorStorage):
 
     def __init__(self, capacity: int, device: str | torch.device | None = None):
         super().__init__(capacity, default_device() if device is None else device)
+        self.device = resolved(self.device)  # "cuda" -> the current CUDA device: its tensors' device
         self.version = 0
         self._cols: list[tuple[tuple[str, ...], torch.Tensor]] = []
         self._layouts: list = []
@@ -379,7 +380,7 @@ class DeviceWriter(RoundRobinWriter):
 
     def __init__(self, capacity: int, device: str | torch.device = "cpu"):
         super().__init__(capacity)
-        self.device = torch.device(device)
+        self.device = resolved(device)
         self.generation = self.generation.to(self.device)
 
     def next_indices(self, n: int) -> torch.Tensor:

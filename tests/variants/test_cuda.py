@@ -107,8 +107,10 @@ def cuda_generator(seed):
 @pytest.mark.parametrize("kind", ["torch", "triton", "random", "slice"])
 def test_a_generator_on_the_gpu_gives_the_references_draws_without_a_host_draw(kind, monkeypatch):
     """exact given the same CUDA generator state: the reference draws on the generator's
-    device (``draw_uniforms``); the variants draw into a workspace on the GPU and never
-    call the host path (replaced here by one that fails)."""
+    device (``draw_uniforms``); the uniform and prioritized variants draw into a workspace
+    on the GPU and never call the host path (replaced here by one that fails); the slice
+    variant reads its draws on the CPU, as the reference does. The buffer's device is
+    the tensors' (``cuda`` read as ``cuda:0``)."""
     from rbcheck.variants import random_sampler as variant_random
 
     def sampler(mod):
@@ -133,6 +135,7 @@ def test_a_generator_on_the_gpu_gives_the_references_draws_without_a_host_draw(k
         if "weight" in want:
             assert torch.allclose(got["weight"].cpu(), want["weight"], rtol=1e-6, atol=0)
     assert torch.equal(var.generator.get_state(), ref.generator.get_state())  # the same draws consumed
+    assert var.device == got["index"].device and var.storage.device == var.writer.generation.device
 
 
 def test_a_checkpoint_keeps_a_gpu_generator_and_refuses_a_cpu_ones(tmp_path):

@@ -23,9 +23,27 @@ RESULTS_SCHEMA = 1
 FIELDS_ATTR = "rbcheck_failure"
 
 
+#: What separates a failure's observation from its expectation ("<what>=<got>, but should be <expected>").
+EXPECTATION = ", but should be "
+
+
 def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line, at most ``limit`` characters. A long failure message keeps
+    its expectation: the observation before ``EXPECTATION`` is shortened first (a list
+    of torn rows once pushed "but should be" out of the report), the expectation and
+    the call after it keep up to a third of the line."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head, sep, tail = text.partition(EXPECTATION)
+    if not sep or limit < 3 * (len(sep) + 6):
+        return text[: limit - 3] + "..."
+    if len(tail) > limit // 3:
+        tail = tail[: limit // 3 - 3] + "..."
+    room = limit - len(sep) - len(tail)
+    if len(head) > room:
+        head = head[: room - 3] + "..."
+    return head + sep + tail
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
@@ -146,7 +164,7 @@ def record_report(records: dict[str, dict[str, Any]], report: pytest.TestReport)
             message = f"in {report.when}: {message}"
         hid = getattr(report, "rbcheck_hid_new", None)
         if hid:
-            message = one_line(f"{message} [{hid}]", 600)
+            message = f"{one_line(message)} [{one_line(hid, 196)}]"  # the note survives any cut
         record.update(outcome=outcome, message=message, failures=fields["failures"] or [message],
                       repros=fields["repros"])
         crash = getattr(report.longrepr, "reprcrash", None)

@@ -311,6 +311,27 @@ def test_results_file_has_one_line_failure_messages(fake_run):
     assert "MAX_EXAMPLES 20" in proc.stdout  # the ci profile
 
 
+def test_a_long_failure_message_keeps_its_expectation():
+    """exact: a one-line message cut to its limit keeps ", but should be <expected>": the
+    observation is shortened first (five torn rows once pushed the expectation out of
+    the results file, and a meta test read the failure as unexplained). Short messages
+    are unchanged; text without an expectation is cut at its end."""
+    from rbcheck.harness.plugin.results import one_line
+
+    rows = [f"row {i}: writer=2 seq={i} checksum={10**11 + i} (checksum mismatch)" for i in range(5)]
+    message = (f"AssertionError: rows held after the writers finished: torn or unwritten rows={rows}, "
+               "but should be none [state = State.of(buf, capacity)(BufferSpec(capacity=64))]")
+    assert len(message) > 400
+    cut = one_line(message)
+    assert len(cut) <= 400 and ", but should be none [state = State.of(" in cut
+    assert cut.startswith("AssertionError: rows held after the writers finished: torn or unwritten rows=[")
+    long_tail = "AssertionError: x=1, but should be " + "y" * 1000
+    assert len(one_line(long_tail)) <= 400 and ", but should be yyy" in one_line(long_tail)
+    assert one_line("short, but should be fine") == "short, but should be fine"
+    assert one_line("z" * 500) == "z" * 397 + "..."
+    assert one_line("a\n  b", 10) == "a b"
+
+
 def test_env_selects_impl_and_profile_and_subset_runs_do_not_warn(tmp_path):
     known = tmp_path / "known.txt"
     known.write_text("test_fake.py::test_known_bad\n    message: x\n    reason: listed, but not part of this run\n")

@@ -350,7 +350,7 @@ class DeviceStorage(TensorStorage):
     def _take(self, value: torch.Tensor) -> torch.Tensor:
         """The reference's copy, except for ``FreshColumns`` already on this device: those
         are adopted as they are (nobody else holds them; ``repack`` copies them into rows)."""
-        if self._adopt and same_device(value.device, self.device):
+        if self._adopt and value.device == self.device:  # both carry an index (resolved)
             return value.detach()
         return super()._take(value)
 

@@ -53,7 +53,7 @@ from rbcheck.reference.arguments import (
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
 from rbcheck.reference.random_sampler import check_not_empty
 from rbcheck.variants import native
-from rbcheck.variants.device_storage import TensorPool, same_device
+from rbcheck.variants.device_storage import TensorPool, resolved
 from rbcheck.variants.device_storage import check_index_fast as check_index
 from rbcheck.variants.random_sampler import draw_into
 from rbcheck.variants.vector_tree import (
@@ -72,7 +72,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
 
     def __init__(self, capacity: int, alpha: float, beta: float, eps: float = 1e-8, *,
                  device: str | torch.device = "cpu", backend: str = "torch"):
-        self.device, self.backend = torch.device(device), backend
+        self.device, self.backend = resolved(device), backend  # "cuda": its tensors' "cuda:0"
         self._max_priority = torch.tensor(1.0, dtype=torch.float64, device=self.device)
         super().__init__(capacity, alpha, beta, eps)  # validates alpha, beta, eps; builds trees
         self.sum_tree = VectorSumTree(capacity, self.device, backend)
@@ -81,8 +81,8 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
 
     def to(self, device: str | torch.device) -> PrioritizedSampler:
         """Move trees and max priority to ``device`` (the buffer calls this)."""
-        device = torch.device(device)
-        if not same_device(device, self.sum_tree.raw_nodes.device):
+        device = resolved(device)
+        if device != self.sum_tree.raw_nodes.device:
             self.sum_tree.nodes = place(self.sum_tree.nodes, device)
             self.min_tree.nodes = place(self.min_tree.nodes, device)
         self.device = self.sum_tree.device = self.min_tree.device = device
@@ -170,8 +170,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
                 or not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
                 or index.dtype != torch.long or index.dim() != 1 or not len(index) \
                 or not priority.is_floating_point() or priority.shape != index.shape \
-                or not same_device(index.device, self.device) \
-                or not same_device(priority.device, self.device):
+                or index.device != self.device or priority.device != self.device:
             return False
         raw = priority.detach().to(torch.float64)
         first, last = torch.aminmax(index)

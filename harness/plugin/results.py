@@ -31,18 +31,19 @@ def one_line(text: str, limit: int = 400) -> str:
     """``text`` on one line, at most ``limit`` characters. A long failure message keeps
     its expectation: the observation before ``EXPECTATION`` is shortened first (a list
     of torn rows once pushed "but should be" out of the report), the expectation and
-    the call after it keep up to a third of the line."""
+    the call after it keep at least a third of the line, and all the head leaves."""
     text = " ".join(str(text).split())
     if len(text) <= limit:
         return text
     head, sep, tail = text.partition(EXPECTATION)
     if not sep or limit < 3 * (len(sep) + 6):
         return text[: limit - 3] + "..."
-    if len(tail) > limit // 3:
-        tail = tail[: limit // 3 - 3] + "..."
-    room = limit - len(sep) - len(tail)
+    room = limit - len(sep) - min(len(tail), limit // 3)  # the head's, leaving the tail its third
     if len(head) > room:
         head = head[: room - 3] + "..."
+    room = limit - len(sep) - len(head)  # the tail's: whatever the head left
+    if len(tail) > room:
+        tail = tail[: room - 3] + "..."
     return head + sep + tail
 
 

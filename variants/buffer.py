@@ -24,7 +24,9 @@ same random stream — plus:
 * ``extend`` takes ``extend_fast.try_extend`` where it applies (the same
   checks and state, less Python); otherwise it
   updates the sampler's bookkeeping (``observe``) instead of the reference's
-  indexed copy; ``sample`` gathers with ``DeviceStorage.gather`` into
+  indexed copy; ``sample`` takes ``sample_fast.try_sample`` where it applies
+  (the same draws and results in one output block and two native calls);
+  otherwise it gathers with ``DeviceStorage.gather`` into
   recycled memory that is never handed out while any tensor of an earlier
   sample still refers to it (see ``TensorPool``): a sample never aliases the
   storage or a sample the user still holds.
@@ -50,6 +52,7 @@ from rbcheck.variants.device_storage import (
 )
 from rbcheck.variants.extend_fast import extend_lock, try_extend
 from rbcheck.variants.random_sampler import RandomSampler
+from rbcheck.variants.sample_fast import try_sample
 
 
 class ReplayBuffer(ReferenceReplayBuffer):
@@ -98,6 +101,9 @@ class ReplayBuffer(ReferenceReplayBuffer):
         batch_size = self.batch_size if batch_size is None else batch_size
         if batch_size is None:
             raise ValueError("batch_size=None, but should be an int >= 1 (here or in the constructor)")
+        fast = try_sample(self, batch_size)  # the same draws and results, fewer calls
+        if fast is not None:
+            return fast
         info = self.sampler.sample(self.storage, batch_size, self.generator, cursor=self.cursor)
         index = info["index"]
         generation = self.writer.generation

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from rbcheck import reference, variants
+from rbcheck.variants import sample_fast
 from rbcheck.variants.last_writes import last_writes
 
 # ----------------------------------------------------------------------------
@@ -297,11 +298,14 @@ def test_slice_sampler_keeps_bookkeeping_without_rescanning(monkeypatch):
         assert torch.equal(got["index"], want["index"]) and torch.equal(got["traj"], want["traj"])
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_path", "full_path"])
 @pytest.mark.parametrize("sampler", ["random", "prioritized"])
-def test_sample_never_aliases_a_sample_still_held(sampler):
+def test_sample_never_aliases_a_sample_still_held(sampler, fast, monkeypatch):
     """exact: a sample (rows, index, weight, generation, or a view of them)
     kept by the user is never overwritten by later samples; memory is only
-    recycled once nothing refers to it any more."""
+    recycled once nothing refers to it any more (the full path pools each
+    tensor on its own; the fast path, ``sample_fast``, one block per sample)."""
+    monkeypatch.setattr(sample_fast, "ENABLED", fast)
     ref, var = pair(64, sampler, seed=0)
     var.extend(rows(64, 0, priority=torch.rand(64)))
     rows_a, info_a = var.sample(32)
@@ -314,9 +318,11 @@ def test_sample_never_aliases_a_sample_still_held(sampler):
     for key, value in info_a.items():
         assert torch.equal(value, keep[key]), key
     if hasattr(torch._C, "_storage_Use_Count"):  # recycled once dropped: the point of the pool
-        rows_b, _ = var.sample(32)
+        rows_b, info_b = var.sample(32)
         pointer = rows_b["obs"].data_ptr()
         del rows_b
+        if fast:  # the rows share the sample's block with its info
+            del info_b
         assert var.sample(32)[0]["obs"].data_ptr() == pointer
 
 

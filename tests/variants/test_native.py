@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDict
 
 from rbcheck import reference, variants
-from rbcheck.variants import native
+from rbcheck.variants import native, sample_fast
 from rbcheck.variants.device_storage import TensorPool, check_index_fast, gather_columns
 from rbcheck.variants.vector_tree import (
     apply_updates_torch,
@@ -350,7 +350,9 @@ def test_uniform_slots_are_the_references(size):
 
 def test_the_uniform_sampler_takes_the_native_map_and_draws_the_references_indices(monkeypatch):
     """The variant's uniform sampler maps its uniforms by ``uniform_slots`` on the CPU, and
-    with the same seed samples the reference's indices (with and without the native map)."""
+    with the same seed samples the reference's indices (with and without the native map).
+    The buffer's fast path (``sample_fast``, which maps them in its own C call) is off."""
+    monkeypatch.setattr(sample_fast, "ENABLED", False)
     calls = []
     real = native.uniform_slots
     monkeypatch.setattr(native, "uniform_slots", lambda *a: calls.append(1) or real(*a))

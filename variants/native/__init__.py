@@ -26,7 +26,9 @@ transform overflowed), and an ``extend``'s whole write (``rb_extend_prepare``
 then ``rb_extend``, their arguments in one ``EXTEND_ARGS`` block: the
 priorities' checks and transform, both trees' ranges, the max priority, the
 rows into the storage's interleaved rows, the generations and the slots;
-see ``extend_fast.py``). The descent is level-synchronous
+see ``extend_fast.py``), and a CPU sample's steps strung into two calls
+(``rb_sample_descend``, ``rb_sample_rows``: ``SampleArgs``; see
+``sample_fast.py``). The descent is level-synchronous
 over the batch with software prefetch, three levels per pass; on the bottom
 six levels a pass reads one cache line of eight nodes and recomputes the two
 levels above them (bit-identical sums): bound by cache misses, not by
@@ -62,18 +64,32 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("tree.c")
-#: Every file of the build: tree.c includes tree_update.c (one translation unit).
-SOURCES = (SOURCE, SOURCE.with_name("tree_update.c"))
+#: Every file of the build: tree.c includes tree_update.c and sample.c (one translation unit).
+SOURCES = (SOURCE, SOURCE.with_name("tree_update.c"), SOURCE.with_name("sample.c"))
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
 #: Libraries linked after the source (libm: ``pow``, see ``rb_extend_prepare``).
 LIBS = ("-lm",)
-ABI_VERSION = 14
+ABI_VERSION = 15
 #: The argument block of ``rb_extend_prepare`` / ``rb_extend`` (tree_update.c's
 #: ``rb_extend_args``, packed by the caller in one call): n_cols, cols, capacity,
 #: first, n, write_count, generation, index_out, sum, min, size, value, shadow,
 #: high, max_priority, priority, is_float32 (an int64 or an address each; 0 for
 #: NULL), eps (a double), do_pow (an int64), alpha (a double).
 EXTEND_ARGS = struct.Struct("=17qdqd")
+
+
+class SampleArgs(ctypes.Structure):
+    """The argument block of ``rb_sample_descend`` / ``rb_sample_rows`` (sample.c's
+    ``rb_sample_args``; see ``sample_fast.py``): addresses as ints (0 for NULL)."""
+
+    _fields_ = [("n_cols", ctypes.c_int64), ("cols", ctypes.c_void_p), ("n", ctypes.c_int64),
+                ("u", ctypes.c_void_p), ("size", ctypes.c_int64), ("index", ctypes.c_void_p),
+                ("nodes", ctypes.c_void_p), ("tree_size", ctypes.c_int64), ("total", ctypes.c_double),
+                ("leaf", ctypes.c_void_p), ("divisor", ctypes.c_double), ("weight", ctypes.c_void_p),
+                ("generation", ctypes.c_void_p), ("write_count", ctypes.c_int64),
+                ("capacity", ctypes.c_int64), ("threads", ctypes.c_int64)]
+
+
 #: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
 SHADOW_MIN_DEPTH = 6
 
@@ -185,6 +201,15 @@ def _build() -> ctypes.CDLL:
     lib.rb_extend_prepare.restype = i64
     lib.rb_extend.argtypes = [p]
     lib.rb_extend.restype = i64
+    lib.rb_sample_args_size.argtypes = []
+    lib.rb_sample_args_size.restype = i64
+    if lib.rb_sample_args_size() != ctypes.sizeof(SampleArgs):
+        raise RuntimeError(f"sample's argument block={lib.rb_sample_args_size()} bytes, but should be "
+                           f"{ctypes.sizeof(SampleArgs)}")
+    lib.rb_sample_descend.argtypes = [p]
+    lib.rb_sample_descend.restype = None
+    lib.rb_sample_rows.argtypes = [p]
+    lib.rb_sample_rows.restype = i64
     return lib
 
 

@@ -121,6 +121,29 @@ def same_gpu_draws(dev_buf, tri_buf, batch: int) -> bool:
                for b, g in ((dev_buf, twins[0]), (tri_buf, twins[1])))
 
 
+def per_op(fn):
+    """``fn`` run with the triton sampler's earlier per-op path (``SAMPLE_FUSED = False``)."""
+    from rbcheck.variants import triton_tree
+
+    def run():
+        triton_tree.SAMPLE_FUSED = False
+        try:
+            return fn()
+        finally:
+            triton_tree.SAMPLE_FUSED = True
+    return run
+
+
+def same_fused_sample(tri_buf, batch: int) -> bool:
+    """The triton sampler's one-launch sample and its per-op path, from twin GPU generators:
+    the same indices and the same weights, bit for bit."""
+    a, b = (torch.Generator(device=DEVICE).manual_seed(11) for _ in range(2))
+    fused = tri_buf.sampler.sample(tri_buf.storage, batch, a)
+    before = per_op(lambda: tri_buf.sampler.sample(tri_buf.storage, batch, b))()
+    return torch.equal(fused["index"], before["index"]) and \
+        torch.equal(fused["weight"].view(torch.int32), before["weight"].view(torch.int32))
+
+
 def timed(fn):
     def run() -> float:
         sync()
@@ -210,6 +233,9 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
               lambda: trees_equal(dev_buf, tri_buf))
     triton_tree.FUSED = True
     for batch in sample_batches:
+        check(checks, f"{tag} sample {batch}, generator on the GPU: triton's one-launch sample == its "
+                      "per-op path (indices and weights, bit for bit)",
+              lambda batch=batch: same_fused_sample(tri_buf, batch))
         check(checks, f"{tag} sample {batch}: triton indices == device indices",
               lambda batch=batch: torch.equal(dev_buf.sample(batch)[1]["index"],
                                               tri_buf.sample(batch)[1]["index"]))
@@ -240,6 +266,16 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
             lambda batch=batch: drawing_on(tri_buf, gpu_gen, batch))
         cases[f"sample {batch} | triton, generator on the GPU: sampler only"] = timed(
             lambda batch=batch: tri_buf.sampler.sample(tri_buf.storage, batch, gpu_gen))
+        cases[f"sample {batch} | triton, generator on the GPU: per-op path (before)"] = timed(
+            per_op(lambda batch=batch: drawing_on(tri_buf, gpu_gen, batch)))
+        cases[f"sample {batch} | triton, generator on the GPU: sampler only, per-op path (before)"] = timed(
+            per_op(lambda batch=batch: tri_buf.sampler.sample(tri_buf.storage, batch, gpu_gen)))
+        u_dev = torch.rand(batch, generator=gpu_gen, dtype=torch.float64, device=DEVICE)
+        out_index = torch.empty(batch, dtype=torch.long, device=DEVICE)
+        out_base = torch.empty(batch, dtype=torch.float64, device=DEVICE)
+        cases[f"sample {batch} | triton sample kernel only (u * total, descent, base)"] = timed(
+            lambda u=u_dev, i=out_index, b=out_base: triton_tree.sample_prefix(st.nodes, u, st.size, capacity,
+                                                                                i, b))
         cases[f"sample {batch} | triton: gather only"] = timed(
             lambda s=index_sets, t=turn: tri_buf.storage.gather(s[next(t) % 16]))
         cases[f"sample {batch} | triton: generations only"] = timed(

@@ -27,6 +27,9 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
   ``mass = u * total``, the descent and ``n * (leaf / total)``, torch's
   ``pow`` (the reference's, so the same bits), and one C call for the
   division and the float32 conversion; the trees' updates run in C too;
+* with the ``triton`` backend, ``sample`` is one launch for ``u * total``, the
+  descent and ``n * (leaf / total)`` (``triton_tree.sample_prefix``), torch's
+  ``pow``, and one torch op for the division and the float32 conversion;
 * off the CPU, ``update_priority`` (no generations) reads its checks back in
   one host synchronisation (``_update_one_sync``: index range, priorities
   finite and >= 0, no overflowing transform, from four reductions) instead
@@ -251,6 +254,15 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
             native.sample_prefix(self.sum_tree.raw_nodes, self.sum_tree.size, u, total, n, index, leaf)
             leaf.pow_(-self.beta)
             return {"index": index, "weight": native.divide_to_float(leaf, divisor, out)}
+        if self.backend == "triton" and (dev.type == "cuda" or interpreting()):
+            from rbcheck.variants import triton_tree  # imported by the trees already
+
+            if triton_tree.SAMPLE_FUSED:
+                # one launch: u * total, the descent (line passes), n * (leaf / total); torch: the
+                # pow, then / and float32 in one op (in float64, rounded once, as the copy_ below)
+                triton_tree.sample_prefix(self.sum_tree.nodes, u.to(dev), self.sum_tree.size, n, index, leaf)
+                leaf.pow_(-self.beta)
+                return {"index": index, "weight": torch.div(leaf, divisor, out=out)}
         mass = u.to(dev) if dev.type != "cpu" else u
         mass.mul_(total)  # == u * total
         find_prefix(self.sum_tree, mass, index=index, leaf=leaf, work=work)

@@ -92,6 +92,51 @@ if triton is not None:
         tl.store(leaf_ptr + offs, tl.load(nodes_ptr + node, mask=live, other=0.0), mask=live)
 
     @triton.jit
+    def _step(node, mass, left, right):
+        """The reference's rule from ``node`` with children sums ``left`` / ``right``."""
+        go_right = ~(mass < left) & (right != 0.0)  # not (mass < left or right == 0), NaN too
+        return 2 * node + go_right.to(tl.int64), tl.where(go_right, mass - left, mass), go_right
+
+    @triton.jit
+    def _sample_kernel(nodes_ptr, u_ptr, index_ptr, base_ptr, B, SIZE, TOP, PASSES, N_ROWS,
+                       BLOCK: tl.constexpr):
+        # total = the root (node 1: what the host read), mass = u * total, the descent, then n_rows * (leaf / total): the prioritized
+        # sampler's steps before its pow, in one launch. The first TOP levels one by one
+        # (two stored nodes each), then PASSES line passes: the eight nodes three levels
+        # down (one line of 64 bytes, eight independent loads) and the two levels between
+        # recomputed with the tree's own additions (a stored inner node is exactly the
+        # float64 sum of its children), so a lane waits on one load per three levels.
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = offs < B
+        total = tl.load(nodes_ptr + 1)  # float64 (a Python float argument would be float32)
+        mass = tl.load(u_ptr + offs, mask=live, other=0.0) * total
+        node = tl.full((BLOCK,), 1, tl.int64)
+        for _ in range(TOP):
+            left = tl.load(nodes_ptr + 2 * node, mask=live, other=0.0)
+            right = tl.load(nodes_ptr + 2 * node + 1, mask=live, other=0.0)
+            node, mass, _g = _step(node, mass, left, right)
+        for _ in range(PASSES):
+            line = nodes_ptr + 8 * node
+            e0 = tl.load(line, mask=live, other=0.0)
+            e1 = tl.load(line + 1, mask=live, other=0.0)
+            e2 = tl.load(line + 2, mask=live, other=0.0)
+            e3 = tl.load(line + 3, mask=live, other=0.0)
+            e4 = tl.load(line + 4, mask=live, other=0.0)
+            e5 = tl.load(line + 5, mask=live, other=0.0)
+            e6 = tl.load(line + 6, mask=live, other=0.0)
+            e7 = tl.load(line + 7, mask=live, other=0.0)
+            p0, p1, p2, p3 = e0 + e1, e2 + e3, e4 + e5, e6 + e7
+            k, mass, g1 = _step(tl.full((BLOCK,), 0, tl.int64), mass, p0 + p1, p2 + p3)
+            k, mass, g2 = _step(k, mass, tl.where(g1, p2, p0), tl.where(g1, p3, p1))
+            left = tl.where(g1, tl.where(g2, e6, e4), tl.where(g2, e2, e0))
+            right = tl.where(g1, tl.where(g2, e7, e5), tl.where(g2, e3, e1))
+            k, mass, _g = _step(k, mass, left, right)
+            node = 8 * node + k
+        leaf = tl.load(nodes_ptr + node, mask=live, other=0.0)
+        tl.store(index_ptr + offs, node - SIZE, mask=live)
+        tl.store(base_ptr + offs, (leaf / total) * N_ROWS.to(tl.float64), mask=live)
+
+    @triton.jit
     def _refresh(nodes_ptr, node, live, IS_MIN: tl.constexpr):
         # node = left + right (or min) from its two children, where live
         left = tl.load(nodes_ptr + 2 * node, mask=live, other=0.0)
@@ -271,6 +316,25 @@ def find_prefix(nodes: torch.Tensor, mass: torch.Tensor, size: int, block: int =
                               size, size.bit_length() - 1, BLOCK=block,
                               enable_fp_fusion=False)
     return index, leaf
+
+
+#: The triton sampler's ``sample`` runs ``sample_prefix`` (one launch); False: the
+#: earlier per-op path (``u * total``, ``find_prefix``, four torch ops), kept to measure.
+SAMPLE_FUSED = True
+
+
+def sample_prefix(nodes: torch.Tensor, u: torch.Tensor, size: int, n_rows: int,
+                  index: torch.Tensor, base: torch.Tensor, block: int = 256) -> None:
+    """``index`` = the leaves of masses ``u * total``; ``base`` = ``n_rows * (leaf / total)``,
+    with ``total`` the root ``nodes[1]`` (contiguous float64 ``u``, int64 ``index`` and
+    float64 ``base`` on ``nodes``' device, ``0 <= n_rows < 2**53``): ``native.sample_prefix``'s
+    contract, in one launch (``_sample_kernel``: line passes)."""
+    check_available()
+    if u.numel():
+        depth = size.bit_length() - 1
+        grid = (triton.cdiv(u.numel(), block),)
+        _sample_kernel[grid](nodes, u, index, base, u.numel(), size, depth % 3, depth // 3, n_rows,
+                             BLOCK=block, enable_fp_fusion=False)
 
 
 #: Levels with at most this many nodes (the top of the tree) are recomputed

@@ -105,6 +105,31 @@ def test_descent_kernel_gives_the_reference_leaves(capacity, seed):
     assert torch.equal(find_prefix_torch(nodes, mass.to(DEVICE), tree.size)[0].cpu(), want)
 
 
+@small
+@given(capacity=st.integers(1, 600), seed=st.integers(0, 2**16))
+def test_sample_kernel_gives_the_reference_leaves_and_bases(capacity, seed):
+    """exact given shared randomness: ``sample_prefix`` (u * total, the descent by line
+    passes, n * (leaf / total), one launch) gives the reference's leaves and the reference's
+    bases for the same uniforms, bit for bit, as the C path does; capacities up to 600
+    reach trees of 10 levels (a top level, then three line passes)."""
+    g = torch.Generator().manual_seed(seed)
+    tree = reference.SumTree(capacity)
+    tree.update(torch.arange(capacity), torch.rand(capacity, generator=g, dtype=torch.float64)
+                * (torch.rand(capacity, generator=g) > 0.3))
+    if tree.total() == 0:
+        tree.update(torch.tensor([capacity - 1]), torch.tensor([1.0], dtype=torch.float64))
+    u = torch.cat([torch.rand(300, generator=g, dtype=torch.float64),
+                   torch.tensor([0.0, 2.0**-53, 1 - 2.0**-53], dtype=torch.float64)])
+    total = tree.total()
+    want = tree.find_prefix(u * total)
+    n = max(1, capacity - seed % 3)
+    index = torch.empty(len(u), dtype=torch.long, device=DEVICE)
+    base = torch.empty(len(u), dtype=torch.float64, device=DEVICE)
+    triton_tree.sample_prefix(tree.nodes.to(DEVICE), u.to(DEVICE), tree.size, n, index, base)
+    assert torch.equal(index.cpu(), want)
+    assert torch.equal(base.cpu().view(torch.int64), (n * (tree.leaf(want) / total)).view(torch.int64))
+
+
 def test_triton_buffer_agrees_with_reference():
     """exact: a short prioritized program on the triton variant and the
     reference gives the same trees, indices and weights (same seed)."""
@@ -129,3 +154,26 @@ def test_triton_buffer_agrees_with_reference():
             assert torch.equal(got["weight"].cpu(), want["weight"])
             assert torch.equal(var.sampler.sum_tree.nodes.cpu(), ref.sampler.sum_tree.nodes)
             assert torch.equal(var.sampler.min_tree.nodes.cpu(), ref.sampler.min_tree.nodes)
+
+
+def test_the_one_launch_sample_is_the_per_op_path_bit_for_bit(monkeypatch):
+    """exact: the triton sampler's one-launch sample (``sample_prefix``, then torch's pow and
+    one division into float32) gives the indices and weights of its per-op path, and is
+    the one taken (the per-op path's descent made to fail does not stop it)."""
+    sampler = variants.PrioritizedSampler(300, 0.6, 0.4, backend="triton").to(DEVICE)
+    sampler.on_write(torch.arange(250, device=DEVICE),
+                     torch.rand(250, generator=torch.Generator().manual_seed(7)).to(DEVICE))
+    storage = variants.DeviceStorage(300, DEVICE)
+    from tensordict import TensorDict
+
+    storage.write(0, TensorDict({"x": torch.arange(250.0, device=DEVICE)}, batch_size=[250]))
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(triton_tree, "SAMPLE_FUSED", fused)
+        with monkeypatch.context() as m:
+            if fused:
+                m.setattr(triton_tree, "find_prefix", None)  # the per-op path's descent: not called
+            results.append(sampler.sample(storage, 77, torch.Generator().manual_seed(8)))
+    fused, before = results
+    assert torch.equal(fused["index"], before["index"])
+    assert torch.equal(fused["weight"].view(torch.int32), before["weight"].view(torch.int32))

@@ -97,7 +97,7 @@ if triton is not None:
         go_right = ~(mass < left) & (right != 0.0)  # not (mass < left or right == 0), NaN too
         return 2 * node + go_right.to(tl.int64), tl.where(go_right, mass - left, mass), go_right
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["B", "SIZE", "TOP", "PASSES", "N_ROWS"])  # one build for all sizes
     def _sample_kernel(nodes_ptr, u_ptr, index_ptr, base_ptr, B, SIZE, TOP, PASSES, N_ROWS,
                        BLOCK: tl.constexpr):
         # total = the root (node 1: what the host read), mass = u * total, the descent, then n_rows * (leaf / total): the prioritized
@@ -134,7 +134,8 @@ if triton is not None:
             node = 8 * node + k
         leaf = tl.load(nodes_ptr + node, mask=live, other=0.0)
         tl.store(index_ptr + offs, node - SIZE, mask=live)
-        tl.store(base_ptr + offs, (leaf / total) * N_ROWS.to(tl.float64), mask=live)
+        n_rows = tl.full((BLOCK,), N_ROWS, tl.int64).to(tl.float64)  # exact below 2**53
+        tl.store(base_ptr + offs, (leaf / total) * n_rows, mask=live)
 
     @triton.jit
     def _refresh(nodes_ptr, node, live, IS_MIN: tl.constexpr):

@@ -192,25 +192,25 @@ def _build() -> ctypes.CDLL:
     lib.rb_prepare_update.restype = i64
     lib.rb_finish_update.argtypes = [p, i64, p, p]
     lib.rb_finish_update.restype = i64
-    lib.rb_extend_args_size.argtypes = []
-    lib.rb_extend_args_size.restype = i64
-    if lib.rb_extend_args_size() != EXTEND_ARGS.size:
-        raise RuntimeError(f"extend's argument block={lib.rb_extend_args_size()} bytes, but should be "
-                           f"{EXTEND_ARGS.size}")
+    _check_block(lib.rb_extend_args_size, "extend's", EXTEND_ARGS.size)
+    _check_block(lib.rb_sample_args_size, "sample's", ctypes.sizeof(SampleArgs))
     lib.rb_extend_prepare.argtypes = [p]
     lib.rb_extend_prepare.restype = i64
     lib.rb_extend.argtypes = [p]
     lib.rb_extend.restype = i64
-    lib.rb_sample_args_size.argtypes = []
-    lib.rb_sample_args_size.restype = i64
-    if lib.rb_sample_args_size() != ctypes.sizeof(SampleArgs):
-        raise RuntimeError(f"sample's argument block={lib.rb_sample_args_size()} bytes, but should be "
-                           f"{ctypes.sizeof(SampleArgs)}")
     lib.rb_sample_descend.argtypes = [p]
     lib.rb_sample_descend.restype = None
     lib.rb_sample_rows.argtypes = [p]
     lib.rb_sample_rows.restype = i64
     return lib
+
+
+def _check_block(size_of, what: str, expected: int) -> None:
+    """Refuse a build whose argument block (C's ``sizeof``, from ``size_of()``) is not the
+    one Python packs: every field would be read from the wrong place."""
+    size_of.argtypes, size_of.restype = [], ctypes.c_int64
+    if size_of() != expected:
+        raise RuntimeError(f"{what} argument block={size_of()} bytes, but should be {expected}")
 
 
 def lib() -> ctypes.CDLL | None:

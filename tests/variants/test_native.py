@@ -14,6 +14,7 @@ Kinds (see docs/design.md, "Kinds of check"):
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 import time
@@ -530,3 +531,16 @@ def test_builds_into_an_empty_cache_and_reuses_it(fresh_native, tmp_path):
     assert native.lib() is not None
     assert built[0].stat().st_mtime_ns == stamp, "the cached library was rebuilt"
     run_small_program()
+
+
+def test_a_build_whose_argument_block_differs_is_refused_by_name():
+    """A library whose C block (``sizeof``) is not the one Python packs is refused before any
+    call could read a field from the wrong place; the loaded one matches both blocks."""
+    class SizeOf:
+        def __call__(self):
+            return 120
+    with pytest.raises(RuntimeError, match=r"sample's argument block=120 bytes, but should be 128"):
+        native._check_block(SizeOf(), "sample's", 128)
+    lib = native.lib()
+    assert lib.rb_sample_args_size() == ctypes.sizeof(native.SampleArgs) == 16 * 8
+    assert lib.rb_extend_args_size() == native.EXTEND_ARGS.size

@@ -9,9 +9,9 @@ and a benchmark between the operations of other libraries, each distinct
 call first reloads its code and data into the caches. Profiled (prioritized,
 2^20 rows of obs float32[8], action float32[2], reward float32[1], 4096
 draws, one torch thread, after 32 MiB of unrelated writes, medians of 80,
-the same process, three runs): the full path 910-1112 us, these same steps
-with the outputs in one block and two native calls 717-894 us, the same
-indices, weights, generations and rows.
+both paths in one process, two runs): the full path 1024-1217 us, this one
+773-924 us (1.32x), with the same indices, weights, generations and rows;
+uniform 570-599 against 423-461 us; at width 64 1.21x for both.
 
 ``try_sample(buffer, batch_size)`` returns ``(rows, info)`` as ``sample``
 does, or None when it does not apply (nothing changed, the generator not

@@ -136,12 +136,15 @@ def per_op(fn):
 
 def same_fused_sample(tri_buf, batch: int) -> bool:
     """The triton sampler's one-launch sample and its per-op path, from twin GPU generators:
-    the same indices and the same weights, bit for bit."""
+    the same indices, and weights within one float32 ulp. On CUDA the per-op path divided
+    the leaves by ``total`` through its reciprocal (torch's CUDA division by a scalar), the
+    kernel divides (the reference's operation on the CPU): their float64 bases may differ
+    in the last bit, which the float32 weights almost always round away."""
     a, b = (torch.Generator(device=DEVICE).manual_seed(11) for _ in range(2))
     fused = tri_buf.sampler.sample(tri_buf.storage, batch, a)
     before = per_op(lambda: tri_buf.sampler.sample(tri_buf.storage, batch, b))()
-    return torch.equal(fused["index"], before["index"]) and \
-        torch.equal(fused["weight"].view(torch.int32), before["weight"].view(torch.int32))
+    w, v = fused["weight"].double(), before["weight"].double()
+    return torch.equal(fused["index"], before["index"]) and bool(((w - v).abs() <= v.abs() * 2.0**-23).all())
 
 
 def timed(fn):
@@ -234,7 +237,7 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
     triton_tree.FUSED = True
     for batch in sample_batches:
         check(checks, f"{tag} sample {batch}, generator on the GPU: triton's one-launch sample == its "
-                      "per-op path (indices and weights, bit for bit)",
+                      "per-op path (indices; weights within one float32 ulp)",
               lambda batch=batch: same_fused_sample(tri_buf, batch))
         check(checks, f"{tag} sample {batch}: triton indices == device indices",
               lambda batch=batch: torch.equal(dev_buf.sample(batch)[1]["index"],

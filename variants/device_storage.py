@@ -323,7 +323,7 @@ class DeviceStorage(TensorStorage):
             outs.append(out)
             node[key[-1]] = out
         block = self.__dict__.get("_gather_block")
-        if block is None or block.cols is not self._cols:  # columns replaced: a new table
+        if block is None or block.cols is not self._cols or block.moved():  # columns replaced or moved
             block = self._gather_block = native.GatherBlock(self._cols, [c for _, c in self._cols],
                                                             self._layouts)
         if block.usable and index.dtype == torch.long and index.device.type == "cpu" \

@@ -116,11 +116,12 @@ class _Plan:
     objects last written; these tensors are the buffer's own and are never resized in
     place), the others every call."""
 
-    __slots__ = ("cols", "specs", "layouts", "block", "address", "bound", "value", "views", "high", "priority",
-                 "libm_pow")
+    __slots__ = ("cols", "columns", "specs", "layouts", "block", "address", "bound", "value", "views", "high",
+                 "priority", "libm_pow")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
+        self.columns: list = []  # the destination columns whose addresses the table holds
         self.specs = None
         self.layouts: dict = {}
         self.views: dict = {}
@@ -133,6 +134,7 @@ class _Plan:
                 or any(lay is None for lay in layouts):
             return  # another device, nested keys or rows that are not contiguous: no native copies
         self.specs = [(key[0], column.dtype, column.shape[1:]) for key, column in self.cols]
+        self.columns = [column for _, column in self.cols]
         self.block = (ctypes.c_int64 * (_FIELDS + 4 * len(self.cols)))()
         self.address = ctypes.addressof(self.block)
         for c, ((_, column), (stride, row_bytes)) in enumerate(zip(self.cols, layouts, strict=True)):
@@ -146,6 +148,10 @@ class _Plan:
         """A copy or a pickle of the storage carries no plan (its addresses are this
         storage's memory): the next extend builds its own."""
         return _no_plan, ()
+
+    def moved(self) -> bool:
+        """Whether a destination column's memory moved since the table was built (``native.moved``)."""
+        return native.moved(self.columns, [self.block[_FIELDS + 4 * c + 1] for c in range(len(self.columns))])
 
     def layout(self, n: int) -> list:
         """``[(table slot, key, dtype, shape)]``: the batch's columns for ``n`` rows."""
@@ -304,7 +310,7 @@ def try_extend(buffer, data) -> torch.Tensor | None:
     if not 1 <= n <= capacity:
         return None
     plan = storage.__dict__.get("_extend_plan")
-    if plan is None or plan.cols is not storage._cols:
+    if plan is None or plan.cols is not storage._cols or plan.moved():  # columns replaced or moved
         plan = storage._extend_plan = _Plan(storage)
     source = data._tensordict
     if plan.specs is None or type(source) is not dict:
@@ -318,11 +324,11 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
            prioritized: bool) -> torch.Tensor | None:
     """``try_extend`` from the layout check on (under the storage's ``extend_lock``)."""
     storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
-    bound = plan.bound
+    bound, block = plan.bound, plan.block
     generation = writer.generation
-    if generation is not bound.get("generation") and not plan.bind_generation(generation):
+    if (generation is not bound.get("generation") or generation.data_ptr() != block[_GENERATION]) \
+            and not plan.bind_generation(generation):
         return _try_extend_torch(buffer, data)
-    block = plan.block
     for slot, name, dtype, shape in plan.layouts.get(n) or plan.layout(n):
         value = source.get(name)
         if type(value) is not torch.Tensor or value.dtype is not dtype or value.shape != shape \
@@ -338,8 +344,9 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
         sum_tree, min_tree = sampler.sum_tree, sampler.min_tree
         if (sum_tree._nodes is not bound.get("sum") or min_tree._nodes is not bound.get("min")
                 or sampler._max_priority is not bound.get("max") or sampler.eps != bound.get("eps")
-                or sampler.alpha != bound.get("alpha")) \
-                and not plan.bind_sampler(sampler):
+                or sampler.alpha != bound.get("alpha") or sum_tree._nodes.data_ptr() != block[_SUM]
+                or min_tree._nodes.data_ptr() != block[_MIN] or sampler._max_priority.data_ptr() != block[_MAX]) \
+                and not plan.bind_sampler(sampler):  # another object, or its memory moved: bound again
             return _try_extend_torch(buffer, data)
         key = buffer.priority_key
         column = plan.priority_column(key)

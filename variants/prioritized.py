@@ -258,8 +258,10 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
             from rbcheck.variants import triton_tree  # imported by the trees already
 
             if triton_tree.SAMPLE_FUSED:
-                # one launch: u * total, the descent (line passes), n * (leaf / total); torch: the
-                # pow, then / and float32 in one op (in float64, rounded once, as the copy_ below)
+                # one launch: u * total, the descent (line passes), n * (leaf / total) (a true
+                # division, as the reference's on the CPU); torch: the pow, then / and float32 in
+                # one op (on the CPU in float64, rounded once: the per-op path's bits; on CUDA
+                # torch divides by a scalar through its reciprocal, as the per-op path's div_)
                 triton_tree.sample_prefix(self.sum_tree.nodes, u.to(dev), self.sum_tree.size, n, index, leaf)
                 leaf.pow_(-self.beta)
                 return {"index": index, "weight": torch.div(leaf, divisor, out=out)}

@@ -29,7 +29,14 @@ advanced: the full path runs and raises the reference's errors):
    the generations, the rows), with its native argument block
    (``native.SampleArgs``) filled once; the block is reused only when no
    tensor handed out from it is alive (its storage's reference count, as
-   ``TensorPool``), else another is made (four kept per batch size);
+   ``TensorPool``), else another is made (four kept per batch size). A block
+   whose memory moved in place (``share_memory_()``, or a pickle through
+   torch.multiprocessing, of a tensor handed out; ``resize_``) is dropped, and
+   the plan is rebuilt when a column or a tree moved: no address is ever
+   stale. One consequence of the single block: every tensor of a sample is a
+   view of it, so keeping ``info["index"]`` keeps the sample's rows in memory,
+   and ``torch.save`` (or sending to another process) of one of them alone
+   writes the whole block; ``clone()`` it first to keep it alone;
 3. the draw is torch's, into the block: the reference's (``draw_uniforms``);
    a prioritized sample then makes ONE C call for ``mass = u * total``, the
    descent and ``n * (leaf / total)`` (``rb_sample_descend``), torch's
@@ -64,15 +71,20 @@ PER_SIZE, SIZES = 4, 8
 #: chunks of at least 16384 draws: below two chunks it runs on one thread anyway).
 THREADED = 2 * 16384
 
-_use_count = torch._C._storage_Use_Count
+
+
+def _use_count(cdata: int) -> int | None:
+    """The reference count of a storage (``TensorPool``'s measure), None on a torch without it."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return None if count is None else count(cdata)
 
 
 class _Outputs:
     """One sample's tensors as views of ONE byte block, and the native argument block
     that points at them (the columns' sources from the plan's table)."""
 
-    __slots__ = ("base", "storage", "cdata", "alone", "u", "leaf", "index", "weight", "generation", "rows",
-                 "args", "table")
+    __slots__ = ("base", "storage", "cdata", "alone", "address", "nbytes", "u", "leaf", "index", "weight",
+                 "generation", "rows", "args", "table")
 
     def __init__(self, plan: _Plan, n: int, prioritized: bool):
         parts = [("u", torch.float64, (n,)), ("index", torch.long, (n,)), ("generation", torch.long, (n,))]
@@ -105,9 +117,16 @@ class _Outputs:
         self.storage = self.base.untyped_storage()  # kept: its reference is part of the count
         self.cdata = self.storage._cdata
         self.alone = _use_count(self.cdata)  # the block, its views, nothing handed out
+        self.address, self.nbytes = self.storage.data_ptr(), self.storage.nbytes()
 
-    def free(self) -> bool:
-        return _use_count(self.cdata) == self.alone
+    def state(self) -> str:
+        """``"free"``: nothing handed out from the block is alive; ``"held"``: something is;
+        ``"moved"``: its memory moved in place (``share_memory_()`` or a pickle through
+        torch.multiprocessing of a tensor handed out, ``resize_``), so the addresses in
+        its argument block are stale: never reused."""
+        if self.storage.data_ptr() != self.address or self.storage.nbytes() != self.nbytes:
+            return "moved"
+        return "free" if self.alone is not None and _use_count(self.cdata) == self.alone else "held"
 
 
 class _Plan:
@@ -115,15 +134,16 @@ class _Plan:
     replaced (``storage._cols`` is then a new list): the columns' keys, dtypes and
     row shapes, their sources for the native table, and the output blocks."""
 
-    __slots__ = ("cols", "specs", "sources", "capacity", "blocks", "lock", "generator", "trees")
+    __slots__ = ("cols", "columns", "specs", "sources", "capacity", "blocks", "lock", "generator", "trees")
 
     def __init__(self, storage: DeviceStorage):
         self.cols, self.capacity = storage._cols, storage.capacity
         self.blocks: dict = {}
         self.lock = threading.Lock()
         self.generator = None  # the last generator found to be on the CPU
-        self.trees = (None, None, 0, None, None)  # sum nodes, min nodes, tree size, root refs
+        self.trees = (None, None, 0, 0, 0, None)  # sum nodes, min nodes, size, their addresses, roots
         self.specs = None
+        self.columns = [column for _, column in self.cols]
         layouts = [native.row_layout(column) for _, column in self.cols]
         if storage.device.type != "cpu" or not self.cols or any(lay is None for lay in layouts):
             return  # another device or rows that are not contiguous: the full path
@@ -136,6 +156,10 @@ class _Plan:
         storage's memory): the next sample builds its own."""
         return _no_plan, ()
 
+    def moved(self) -> bool:
+        """Whether a column's memory moved since the plan was built (``native.moved``)."""
+        return self.specs is not None and native.moved(self.columns, self.sources[:len(self.columns)])
+
     def take(self, n: int, prioritized: bool) -> tuple:
         """A free output block for ``n`` draws, claimed (under the lock) by the aliases
         returned with it: ``(block, index, generation, weight or None, rows)``."""
@@ -145,9 +169,12 @@ class _Plan:
                 if len(self.blocks) >= SIZES:
                     self.blocks.clear()  # blocks handed out stay alive with their tensors
                 slot = self.blocks[(n, prioritized)] = []
-            for out in slot:
-                if out.free():
+            for out in list(slot):
+                state = out.state()
+                if state == "free":
                     break
+                if state == "moved":
+                    slot.remove(out)  # stale addresses: dropped (its tensors stay valid for their holders)
             else:
                 out = _Outputs(self, n, prioritized)
                 if len(slot) < PER_SIZE and TensorPool._alone() is not None:
@@ -155,14 +182,18 @@ class _Plan:
             weight = out.weight.detach() if prioritized else None
             return out, out.index.detach(), out.generation.detach(), weight, [r.detach() for r in out.rows]
 
-    def bind_trees(self, sampler: PrioritizedSampler) -> bool:
-        """Whether the sampler's trees can be read natively (then their roots' addresses are kept)."""
+    def bind_trees(self, sampler: PrioritizedSampler) -> tuple | None:
+        """The sampler's trees as the fast path reads them, ``(sum nodes, min nodes, size,
+        their addresses, the two roots)`` (kept for the next call), or None when they cannot
+        be read natively. The caller holds the tuple for its call: the nodes stay alive
+        even if another thread binds other trees meanwhile."""
         s, m = sampler.sum_tree._nodes, sampler.min_tree._nodes
         if not all(t.is_cpu and t.is_contiguous() and t.dtype == torch.float64 for t in (s, m)):
-            return False
-        roots = (ctypes.c_double.from_address(s.data_ptr() + 8), ctypes.c_double.from_address(m.data_ptr() + 8))
-        self.trees = (s, m, sampler.sum_tree.size, s.data_ptr(), roots)
-        return True
+            return None
+        a, b = s.data_ptr(), m.data_ptr()
+        roots = (ctypes.c_double.from_address(a + 8), ctypes.c_double.from_address(b + 8))
+        self.trees = trees = (s, m, sampler.sum_tree.size, a, b, roots)
+        return trees
 
 
 def _no_plan() -> None:
@@ -184,7 +215,7 @@ def try_sample(buffer, batch_size) -> tuple | None:
     if lib is None:
         return None
     plan = storage.__dict__.get("_sample_plan")
-    if plan is None or plan.cols is not storage._cols:
+    if plan is None or plan.cols is not storage._cols or plan.moved():  # columns replaced or moved
         plan = storage._sample_plan = _Plan(storage)
     if plan.specs is None or writer.device.type != "cpu":
         return None
@@ -197,10 +228,12 @@ def try_sample(buffer, batch_size) -> tuple | None:
     if prioritized:
         if sampler.backend != "torch" or sampler.device.type != "cpu":
             return None
-        if (sampler.sum_tree._nodes is not plan.trees[0] or sampler.min_tree._nodes is not plan.trees[1]) \
-                and not plan.bind_trees(sampler):
-            return None
-        _, _, tree_size, nodes, (sum_root, min_root) = plan.trees
+        trees, s, m = plan.trees, sampler.sum_tree._nodes, sampler.min_tree._nodes
+        if trees[0] is not s or trees[1] is not m or s.data_ptr() != trees[3] or m.data_ptr() != trees[4]:
+            trees = plan.bind_trees(sampler)  # other trees, or their memory moved
+            if trees is None:
+                return None
+        _, _, tree_size, nodes, _, (sum_root, min_root) = trees
         total, low = sum_root.value, min_root.value
         if not total > 0:
             return None  # the full path raises the reference's error

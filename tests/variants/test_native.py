@@ -533,14 +533,24 @@ def test_builds_into_an_empty_cache_and_reuses_it(fresh_native, tmp_path):
     run_small_program()
 
 
-def test_a_build_whose_argument_block_differs_is_refused_by_name():
-    """A library whose C block (``sizeof``) is not the one Python packs is refused before any
-    call could read a field from the wrong place; the loaded one matches both blocks."""
-    class SizeOf:
-        def __call__(self):
-            return 120
-    with pytest.raises(RuntimeError, match=r"sample's argument block=120 bytes, but should be 128"):
-        native._check_block(SizeOf(), "sample's", 128)
+def test_a_build_whose_argument_block_differs_is_refused_by_name(monkeypatch):
+    """A library whose C block (``sizeof``) is not the one Python packs is refused when it
+    loads, before any call could read a field from the wrong place: with a sample block one
+    field short on the Python side, ``lib()`` is None and says why; the loaded library
+    matches both blocks."""
     lib = native.lib()
     assert lib.rb_sample_args_size() == ctypes.sizeof(native.SampleArgs) == 16 * 8
     assert lib.rb_extend_args_size() == native.EXTEND_ARGS.size
+
+    class Short(ctypes.Structure):
+        _fields_ = native.SampleArgs._fields_[:-1]
+    saved = dict(native._state)
+    monkeypatch.setattr(native, "SampleArgs", Short)
+    native.reset()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"sample's argument block=128 bytes, but should be 120"):
+            assert native.lib() is None
+        assert "sample's argument block=128 bytes, but should be 120" in native.unavailable_reason()
+    finally:
+        native._state.clear()
+        native._state.update(saved)

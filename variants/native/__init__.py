@@ -367,6 +367,14 @@ def _no_block() -> None:
     return None
 
 
+def moved(tensors, addresses) -> bool:
+    """Whether any of ``tensors`` no longer lies at the address recorded for it: its memory
+    was moved in place (``share_memory_()``, a pickle through torch.multiprocessing, which
+    moves a CPU tensor to shared memory, ``resize_``). A table of addresses built before
+    then would read or write freed memory: its owner rebuilds it."""
+    return any(t.data_ptr() != a for t, a in zip(tensors, addresses, strict=True))
+
+
 class GatherBlock:
     """``gather_rows``'s argument table for one fixed list of columns, built once: the
     columns' addresses, row strides and row bytes (and the row count); a call writes
@@ -390,6 +398,10 @@ class GatherBlock:
             *[layout[1] if layout else 0 for layout in layouts], *[0] * k)
         self.base = ctypes.addressof(self.ptrs)
         self.lock = threading.Lock()
+
+    def moved(self) -> bool:
+        """Whether a column's memory moved since the table was built (see ``moved``)."""
+        return moved(self.columns, self.ptrs[:self.k])
 
     def __reduce__(self):
         """A copy or a pickle of the storage carries no table (its addresses are this

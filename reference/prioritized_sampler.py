@@ -16,7 +16,9 @@ Contract
 * ``weight_i = (N * P_i) ** -beta / (N * P_min) ** -beta``, in float64 returned as float32, with
   ``N`` the number of stored rows and ``P_min`` the smallest positive probability over the STORED
   rows (not the batch), so the largest possible weight is 1. A stored 0 (raw 0 with ``eps = 0``)
-  is never sampled and is left out of ``P_min``.
+  is never sampled and is left out of ``P_min``. When ``(N * P_min) ** -beta`` is not a finite
+  float (a subnormal smallest priority next to a large total: ``P_min`` underflows to 0, or its
+  power overflows), ``sample`` refuses before drawing (``weight_divisor``: ValueError).
 * ``update_priority`` ignores entries whose ``generation`` differs from the slot's
   ``current_generation`` (overwritten since sampled) and rejects slots never written.
 * The state is the parameters, ``max_priority`` and the sum tree's leaves; the min tree is
@@ -99,10 +101,11 @@ class PrioritizedSampler:
         total = self.sum_tree.total()
         if not total > 0:
             raise ValueError(f"total priority={total}, but should be > 0 to sample")
+        n = len(storage)
+        divisor = weight_divisor(n, self.min_tree.min(), total, self.beta)  # before the draw
         u = draw_uniforms(batch_size, generator)
         index = self.indices_from_uniforms(u)
-        n, p, p_min = len(storage), self.sum_tree.leaf(index) / total, self.min_tree.min() / total
-        weight = (n * p) ** -self.beta / (n * p_min) ** -self.beta
+        weight = (n * (self.sum_tree.leaf(index) / total)) ** -self.beta / divisor
         return {"index": index, "weight": weight.to(torch.float32)}
 
     def state_dict(self) -> dict:
@@ -123,3 +126,20 @@ class PrioritizedSampler:
         min_tree.update(torch.arange(self.capacity), torch.where(leaves > 0, leaves, math.inf))
         self.alpha, self.beta, self.eps, self.max_priority = alpha, beta, eps, max_priority
         self.sum_tree, self.min_tree = sum_tree, min_tree
+
+
+def weight_divisor(n: int, low: float, total: float, beta: float) -> float:
+    """``(n * (low / total)) ** -beta``, the weights' divisor (Python floats), or ValueError
+    when it is not a finite float: a smallest stored priority ``low`` so small next to
+    ``total`` that ``low / total`` underflows to 0 (then ``0 ** -beta``), or its power
+    overflows (``5e-324 ** -1``)."""
+    try:
+        divisor = (n * (low / total)) ** -beta
+    except (ZeroDivisionError, OverflowError):
+        divisor = math.inf
+    if not 0 < divisor < math.inf:
+        raise ValueError(f"(len(buffer) * min priority / total) ** -beta={divisor} (len={n}, min stored "
+                         f"priority={low!r}, total={total!r}, beta={beta}), but should be a finite float > 0 "
+                         "to weight a sample: the smallest priority underflows next to the total (use eps > 0, "
+                         "or priorities of normal magnitude)")
+    return divisor

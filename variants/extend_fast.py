@@ -116,12 +116,12 @@ class _Plan:
     objects last written; these tensors are the buffer's own and are never resized in
     place), the others every call."""
 
-    __slots__ = ("cols", "columns", "specs", "layouts", "block", "address", "bound", "value", "views", "high",
+    __slots__ = ("cols", "watched", "specs", "layouts", "block", "address", "bound", "value", "views", "high",
                  "priority", "libm_pow")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
-        self.columns: list = []  # the destination columns whose addresses the table holds
+        self.watched: tuple = ()  # the destination columns' memory, as the table holds it
         self.specs = None
         self.layouts: dict = {}
         self.views: dict = {}
@@ -134,7 +134,7 @@ class _Plan:
                 or any(lay is None for lay in layouts):
             return  # another device, nested keys or rows that are not contiguous: no native copies
         self.specs = [(key[0], column.dtype, column.shape[1:]) for key, column in self.cols]
-        self.columns = [column for _, column in self.cols]
+        self.watched = native.watch([column for _, column in self.cols])
         self.block = (ctypes.c_int64 * (_FIELDS + 4 * len(self.cols)))()
         self.address = ctypes.addressof(self.block)
         for c, ((_, column), (stride, row_bytes)) in enumerate(zip(self.cols, layouts, strict=True)):
@@ -151,7 +151,7 @@ class _Plan:
 
     def moved(self) -> bool:
         """Whether a destination column's memory moved since the table was built (``native.moved``)."""
-        return native.moved(self.columns, [self.block[_FIELDS + 4 * c + 1] for c in range(len(self.columns))])
+        return native.moved(self.watched)
 
     def layout(self, n: int) -> list:
         """``[(table slot, key, dtype, shape)]``: the batch's columns for ``n`` rows."""
@@ -310,7 +310,7 @@ def try_extend(buffer, data) -> torch.Tensor | None:
     if not 1 <= n <= capacity:
         return None
     plan = storage.__dict__.get("_extend_plan")
-    if plan is None or plan.cols is not storage._cols or plan.moved():  # columns replaced or moved
+    if plan is None or plan.cols is not storage._cols:  # columns replaced (moved: seen in _write)
         plan = storage._extend_plan = _Plan(storage)
     source = data._tensordict
     if plan.specs is None or type(source) is not dict:
@@ -325,10 +325,6 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
     """``try_extend`` from the layout check on (under the storage's ``extend_lock``)."""
     storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
     bound, block = plan.bound, plan.block
-    generation = writer.generation
-    if (generation is not bound.get("generation") or generation.data_ptr() != block[_GENERATION]) \
-            and not plan.bind_generation(generation):
-        return _try_extend_torch(buffer, data)
     for slot, name, dtype, shape in plan.layouts.get(n) or plan.layout(n):
         value = source.get(name)
         if type(value) is not torch.Tensor or value.dtype is not dtype or value.shape != shape \
@@ -337,6 +333,14 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
         if not value.is_contiguous():
             return _try_extend_torch(buffer, data)
         block[slot] = value.data_ptr()
+    # the addresses the block keeps, checked after the sources' (data_ptr is warm by now)
+    if plan.moved():  # the rows' memory moved in place: a new plan, then this extend again
+        storage._extend_plan = _Plan(storage)
+        return try_extend(buffer, data)
+    generation = writer.generation
+    if (generation is not bound.get("generation") or generation.data_ptr() != block[_GENERATION]) \
+            and not plan.bind_generation(generation):
+        return _try_extend_torch(buffer, data)
     index = _INT64.new_empty(n)  # the slots returned (new_empty: a shorter torch path than empty)
     count, first = writer.write_count, writer.cursor
     block[_FIRST], block[_N], block[_COUNT], block[_INDEX] = first, n, count, index.data_ptr()

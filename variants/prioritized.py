@@ -54,6 +54,7 @@ from rbcheck.reference.arguments import (
     transform_priority,
 )
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler as ReferencePrioritizedSampler
+from rbcheck.reference.prioritized_sampler import weight_divisor
 from rbcheck.reference.random_sampler import check_not_empty
 from rbcheck.variants import native
 from rbcheck.variants.device_storage import TensorPool, resolved
@@ -241,15 +242,14 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
             total, low = torch.stack([self.sum_tree.root(), self.min_tree.root()]).tolist()
         if not total > 0:
             raise ValueError(f"total priority={total}, but should be > 0 to sample")
+        n = len(storage)
+        divisor = weight_divisor(n, low, total, self.beta)  # the reference's, before the draw
         work, dev = self.work, self.device
         u = draw_into(work, batch_size, generator, dev)  # the reference's draw
         index = self.pool.take("index", (batch_size,), torch.long, dev)
         leaf = workspace(work, "leaf", (batch_size,), torch.float64, dev)
         out = self.pool.take("weight", (batch_size,), torch.float32, dev)
-        n = len(storage)
-        p_min = low / total
-        divisor = (n * p_min) ** -self.beta
-        # the reference's (n * (leaf / total)) ** -beta / (n * p_min) ** -beta, op by op
+        # the reference's (n * (leaf / total)) ** -beta / divisor, op by op
         if fused:  # C: mass = u * total, descent, n * (leaf / total); torch: the pow; C: / and float32
             native.sample_prefix(self.sum_tree.raw_nodes, self.sum_tree.size, u, total, n, index, leaf)
             leaf.pow_(-self.beta)

@@ -22,8 +22,8 @@ advanced: the full path runs and raises the reference's errors):
    transform, no ``pin_memory``, an int ``batch_size >= 1``, a buffer that
    holds rows, and the variants' ``RandomSampler`` or ``PrioritizedSampler``
    (backend ``torch``, trees on the CPU) whose total is > 0 and whose
-   weights' divisor ``(n * p_min) ** -beta`` is a float (the full path raises
-   otherwise, after its draw: so does it when this returns None);
+   weights' divisor ``(n * p_min) ** -beta`` is a finite float
+   (``weight_divisor``: the full path raises otherwise, before its draw);
 2. every tensor the call writes or returns lies in ONE block per batch size
    (``_Outputs``: the uniforms, the weights' bases, the index, the weights,
    the generations, the rows), with its native argument block
@@ -58,6 +58,7 @@ import threading
 
 import torch
 
+from rbcheck.reference.prioritized_sampler import weight_divisor
 from rbcheck.variants import native
 from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, TensorPool, _to_tensordict
 from rbcheck.variants.prioritized import PrioritizedSampler
@@ -134,7 +135,7 @@ class _Plan:
     replaced (``storage._cols`` is then a new list): the columns' keys, dtypes and
     row shapes, their sources for the native table, and the output blocks."""
 
-    __slots__ = ("cols", "columns", "specs", "sources", "capacity", "blocks", "lock", "generator", "trees")
+    __slots__ = ("cols", "watched", "specs", "sources", "capacity", "blocks", "lock", "generator", "trees")
 
     def __init__(self, storage: DeviceStorage):
         self.cols, self.capacity = storage._cols, storage.capacity
@@ -143,7 +144,7 @@ class _Plan:
         self.generator = None  # the last generator found to be on the CPU
         self.trees = (None, None, 0, 0, 0, None)  # sum nodes, min nodes, size, their addresses, roots
         self.specs = None
-        self.columns = [column for _, column in self.cols]
+        self.watched = native.watch([column for _, column in self.cols])
         layouts = [native.row_layout(column) for _, column in self.cols]
         if storage.device.type != "cpu" or not self.cols or any(lay is None for lay in layouts):
             return  # another device or rows that are not contiguous: the full path
@@ -158,7 +159,7 @@ class _Plan:
 
     def moved(self) -> bool:
         """Whether a column's memory moved since the plan was built (``native.moved``)."""
-        return self.specs is not None and native.moved(self.columns, self.sources[:len(self.columns)])
+        return native.moved(self.watched)
 
     def take(self, n: int, prioritized: bool) -> tuple:
         """A free output block for ``n`` draws, claimed (under the lock) by the aliases
@@ -215,10 +216,12 @@ def try_sample(buffer, batch_size) -> tuple | None:
     if lib is None:
         return None
     plan = storage.__dict__.get("_sample_plan")
-    if plan is None or plan.cols is not storage._cols or plan.moved():  # columns replaced or moved
+    if plan is None or plan.cols is not storage._cols:  # columns replaced
         plan = storage._sample_plan = _Plan(storage)
     if plan.specs is None or writer.device.type != "cpu":
         return None
+    if plan.moved():  # the rows' memory moved in place: a new plan (new output blocks too)
+        plan = storage._sample_plan = _Plan(storage)
     generator = buffer.generator
     if generator is not plan.generator:
         if not (isinstance(generator, torch.Generator) and generator.device.type == "cpu"):
@@ -237,10 +240,10 @@ def try_sample(buffer, batch_size) -> tuple | None:
         total, low = sum_root.value, min_root.value
         if not total > 0:
             return None  # the full path raises the reference's error
-        try:  # the variant sampler's expression (a Python float, as the reference's)
-            divisor = (n * (low / total)) ** -sampler.beta
-        except (ArithmeticError, ValueError):
-            return None  # the full path raises it, after its draw
+        try:
+            divisor = weight_divisor(n, low, total, sampler.beta)  # the reference's
+        except ValueError:
+            return None  # the full path raises it, before its draw
     out, index, generation, weight, rows = plan.take(batch_size, prioritized)
     args = out.args
     args.size, args.write_count = n, writer.write_count

@@ -70,6 +70,26 @@ def test_a_reused_actor_holds_a_fresh_buffer(adapter):
         second.close()
 
 
+def test_a_reused_actor_too_busy_to_rebuild_is_replaced_by_a_fresh_one(adapter, monkeypatch):
+    """A reused actor whose rebuild does not come back within REUSE_TIMEOUT_S (here 0 s:
+    never) is killed and the buffer gets a fresh actor, with a fresh buffer in it."""
+    first = adapter.make(BufferSpec(capacity=8))
+    first.extend(make_rows(0, 0, 6, 2))
+    reused = first.owner
+    first.close()  # its actor goes back to the idle pool
+    assert reused in torchrl_ray._idle
+    monkeypatch.setattr(torchrl_ray, "REUSE_TIMEOUT_S", 0.0)
+    second = adapter.make(BufferSpec(capacity=4))
+    try:
+        assert second.owner is not reused and reused not in torchrl_ray._idle
+        assert not reused.is_alive
+        assert (len(second), second.write_count, second.cursor) == (0, 0, 0)
+        second.extend(make_rows(1, 0, 5, 2))
+        assert (len(second), second.write_count, second.cursor) == (4, 5, 1)
+    finally:
+        second.close()
+
+
 def test_a_run_is_bounded_and_reports_a_hang(adapter):
     buf = adapter.make(BufferSpec(capacity=8))
     try:

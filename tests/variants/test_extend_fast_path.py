@@ -97,7 +97,7 @@ def test_prioritized_extend_is_the_reference_bit_for_bit(capacity, program, alph
         start += n
     try:
         want_rows, want_info = ref.sample(7)
-    except ValueError as refused:  # every stored priority 0 (eps 0): nothing can be sampled
+    except ValueError as refused:  # every stored priority 0 (eps 0), or the smallest underflows
         for var in (fast, slow):
             with pytest.raises(ValueError) as got:
                 var.sample(7)

@@ -105,9 +105,16 @@ def test_columns_and_generations_moved_in_place_are_written_and_read_where_they_
     same_samples(ref, var)
 
 
-def test_moved_compares_every_recorded_address():
-    a, b = torch.zeros(4), torch.zeros(4)
-    addresses = [a.data_ptr(), b.data_ptr()]
-    assert not native.moved([a, b], addresses)
-    b.share_memory_()
-    assert native.moved([a, b], addresses)
+def test_moved_sees_any_watched_memory_move():
+    """``watch`` keeps one tensor per distinct memory (fields of one array of rows share it)
+    and leaves out tensors of no bytes; ``moved`` is True once any of them moved."""
+    rows = torch.zeros(6, 4)
+    a, b, c, empty = rows[:, :2], rows[:, 2:], torch.zeros(3), torch.zeros(0)
+    watched = native.watch([a, b, c, empty])
+    assert [t for t, _ in watched] == [a, c]
+    assert not native.moved(watched)
+    c.share_memory_()
+    assert native.moved(watched)
+    watched = native.watch([a, b, c])
+    b.share_memory_()  # moves the memory a and b share
+    assert native.moved(watched)

@@ -183,6 +183,40 @@ def test_an_empty_buffer_and_a_zero_total_raise_the_references_errors():
         assert torch.equal(fast.generator.get_state(), ref.generator.get_state())
 
 
+def subnormal_batch() -> TensorDict:
+    """Two rows, priorities 3.25 and 5e-324 (float64: the smallest subnormal)."""
+    data = batch(2, 0, False)
+    data.set("priority", torch.tensor([3.25, 5e-324], dtype=torch.float64))
+    return data
+
+
+@pytest.mark.parametrize("beta", [0.4, 1.0])
+def test_a_smallest_priority_that_underflows_is_refused_alike_before_the_draw(beta, monkeypatch):
+    """A subnormal smallest priority next to a total of 3.25 (alpha 1, eps 0): ``P_min``
+    underflows to 0 (or its power overflows), so the weights' divisor is not a finite float.
+    The reference refuses by name before drawing; the fast and the full path alike."""
+    bufs = three(2, "prioritized", alpha=1.0, beta=beta, eps=0.0)
+    for buf in bufs:
+        buf.extend(subnormal_batch())
+    with pytest.raises(ValueError, match=r"\(len\(buffer\) \* min priority / total\) \*\* -beta=inf") as want:
+        bufs[0].sample(4)
+    assert sample_fast.try_sample(bufs[1], 4) is None
+    for buf, path in ((bufs[1], contextlib.nullcontext()), (bufs[2], full_path(monkeypatch))):
+        with path, pytest.raises(ValueError) as got:
+            buf.sample(4)
+        assert str(got.value) == str(want.value)
+        assert torch.equal(buf.generator.get_state(), bufs[0].generator.get_state())
+    assert torch.equal(bufs[0].generator.get_state(), torch.Generator().manual_seed(3).get_state())
+
+
+def test_with_beta_0_the_same_priorities_sample_with_weights_1(monkeypatch):
+    bufs = three(2, "prioritized", alpha=1.0, beta=0.0, eps=0.0)
+    for buf in bufs:
+        buf.extend(subnormal_batch())
+    sample_all(bufs, 8, monkeypatch, "beta 0")
+    assert torch.equal(bufs[1].sample(8)[1]["weight"], torch.ones(8))
+
+
 def test_what_the_fast_path_does_not_cover_takes_the_full_path():
     """A transform, ``pin_memory`` (refused at construction without an accelerator, so
     set after), a sampler of another kind: declined, and the sample is still the

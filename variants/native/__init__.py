@@ -367,12 +367,32 @@ def _no_block() -> None:
     return None
 
 
-def moved(tensors, addresses) -> bool:
-    """Whether any of ``tensors`` no longer lies at the address recorded for it: its memory
-    was moved in place (``share_memory_()``, a pickle through torch.multiprocessing, which
-    moves a CPU tensor to shared memory, ``resize_``). A table of addresses built before
-    then would read or write freed memory: its owner rebuilds it."""
-    return any(t.data_ptr() != a for t, a in zip(tensors, addresses, strict=True))
+def watch(tensors) -> tuple:
+    """``((tensor, address), ...)`` for ``moved``: one tensor per distinct memory among
+    ``tensors`` (the fields of one array of interleaved rows share theirs: one check for
+    all), with its address now; tensors of no bytes are left out (nothing is read or
+    written there)."""
+    seen, out = set(), []
+    for t in tensors:
+        if t.numel() == 0:
+            continue
+        memory = t.untyped_storage().data_ptr()
+        if memory not in seen:
+            seen.add(memory)
+            out.append((t, t.data_ptr()))
+    return tuple(out)
+
+
+def moved(watched: tuple) -> bool:
+    """Whether a tensor of ``watch(...)`` no longer lies where it did: its memory was moved
+    in place (``share_memory_()``, a pickle through torch.multiprocessing, which moves a CPU
+    tensor to shared memory, ``resize_``). A table of addresses built before then would
+    read or write freed memory: its owner rebuilds it. A loop, not a generator: this runs
+    on every fast call, often with cold caches."""
+    for t, address in watched:
+        if t.data_ptr() != address:
+            return True
+    return False
 
 
 class GatherBlock:
@@ -384,7 +404,7 @@ class GatherBlock:
     copy of a small batch. ``usable``: False unless every column is a CPU tensor
     with contiguous rows (``row_layouts`` not None); then the caller gathers as before."""
 
-    __slots__ = ("cols", "columns", "k", "rows", "ptrs", "base", "usable", "lock")
+    __slots__ = ("cols", "columns", "k", "rows", "ptrs", "base", "usable", "lock", "watched")
 
     def __init__(self, cols, columns, layouts):
         self.cols = cols  # the object the table was built from (compared by identity)
@@ -398,10 +418,11 @@ class GatherBlock:
             *[layout[1] if layout else 0 for layout in layouts], *[0] * k)
         self.base = ctypes.addressof(self.ptrs)
         self.lock = threading.Lock()
+        self.watched = watch(columns)
 
     def moved(self) -> bool:
         """Whether a column's memory moved since the table was built (see ``moved``)."""
-        return moved(self.columns, self.ptrs[:self.k])
+        return moved(self.watched)
 
     def __reduce__(self):
         """A copy or a pickle of the storage carries no table (its addresses are this

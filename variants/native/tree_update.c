@@ -243,46 +243,60 @@ int64_t rb_update_range(double *a, int64_t a_is_min, double *b, int64_t b_is_min
     return 0;
 }
 
+/* Draws per block of rb_gather_rows (every column of a block, then the next). */
+#define RB_GATHER_BLOCK 64
+
 /* Copy rows index[0..n) of each of n_cols columns: column c has rows of
  * row_bytes[c] contiguous bytes starting every stride[c] bytes from src[c]
  * (stride == row_bytes: a row-major tensor; larger: a field of interleaved
  * rows), written densely to dst[c]. The columns have n_rows rows; returns
  * 0, or 1 + the position of the first index outside [0, n_rows) (nothing
- * copied then). Plain byte copies (any dtype), with the source rows
- * prefetched ahead. Column after column: when the columns are fields of the
- * same interleaved rows, the first brings each row into the cache and the
- * others find it there. */
+ * copied then). Plain byte copies (any dtype), with every cache line of the
+ * source row prefetched GATHER_AHEAD draws ahead. Block by block
+ * (RB_GATHER_BLOCK draws), column after column within a block: when the
+ * columns are fields of the same interleaved rows, the first brings each row
+ * into the cache and the others find it there, still in L1. Column after
+ * column over all n draws, with only a row's first line prefetched, a cold
+ * uniform sample of 4096 rows (2^20 slots) took 564-660 us at width 8 and
+ * 1211-1286 us at width 64; blocked, 367-444 and 763-844 us (medians of 60,
+ * 32 MiB written between calls, two alternating runs). */
 int64_t rb_gather_rows(int64_t n_cols, const int64_t *src, const int64_t *stride,
                        const int64_t *row_bytes, const int64_t *dst, const int64_t *index,
                        int64_t n, int64_t n_rows)
 {
     for (int64_t i = 0; i < n; i++)
         if (index[i] < 0 || index[i] >= n_rows) return 1 + i;
-    for (int64_t c = 0; c < n_cols; c++) {
-        const char *from = (const char *)(intptr_t)src[c];
-        char *to = (char *)(intptr_t)dst[c];
-        int64_t rb = row_bytes[c], st = stride[c];
+    for (int64_t b0 = 0; b0 < n; b0 += RB_GATHER_BLOCK) {
+        int64_t b1 = n - b0 < RB_GATHER_BLOCK ? n : b0 + RB_GATHER_BLOCK;
+        for (int64_t c = 0; c < n_cols; c++) {
+            const char *from = (const char *)(intptr_t)src[c];
+            char *to = (char *)(intptr_t)dst[c];
+            int64_t rb = row_bytes[c], st = stride[c];
 #define RB_GATHER_LOOP(word_t)                                                              \
-        do {                                                                                \
-            int64_t w = rb / (int64_t)sizeof(word_t);                                       \
-            for (int64_t i = 0; i < n; i++) {                                               \
-                if (i + GATHER_AHEAD < n)                                                   \
-                    __builtin_prefetch(from + index[i + GATHER_AHEAD] * st, 0, PREFETCH_LOCALITY); \
-                const word_t *s_ = (const word_t *)(from + index[i] * st);                  \
-                word_t *d_ = (word_t *)(to + i * rb);                                       \
-                for (int64_t k = 0; k < w; k++) d_[k] = s_[k];                              \
-            }                                                                               \
-        } while (0)
-        /* word copies when rows, strides and pointers allow them (the usual
-         * case: the compiler turns them into a few moves), bytes otherwise */
-        int64_t align = (int64_t)(src[c] | dst[c] | rb | st);
-        if (align % 8 == 0)
-            RB_GATHER_LOOP(uint64_t);
-        else if (align % 4 == 0)
-            RB_GATHER_LOOP(uint32_t);
-        else
-            RB_GATHER_LOOP(uint8_t);
+            do {                                                                            \
+                int64_t w = rb / (int64_t)sizeof(word_t);                                   \
+                for (int64_t i = b0; i < b1; i++) {                                         \
+                    if (i + GATHER_AHEAD < n) {                                             \
+                        const char *p_ = from + index[i + GATHER_AHEAD] * st;               \
+                        for (intptr_t l_ = (intptr_t)p_ & ~(intptr_t)63; l_ < (intptr_t)(p_ + rb); l_ += 64) \
+                            __builtin_prefetch((const void *)l_, 0, PREFETCH_LOCALITY);     \
+                    }                                                                       \
+                    const word_t *s_ = (const word_t *)(from + index[i] * st);              \
+                    word_t *d_ = (word_t *)(to + i * rb);                                   \
+                    for (int64_t k = 0; k < w; k++) d_[k] = s_[k];                          \
+                }                                                                           \
+            } while (0)
+            /* word copies when rows, strides and pointers allow them (the usual
+             * case: the compiler turns them into a few moves), bytes otherwise */
+            int64_t align = (int64_t)(src[c] | dst[c] | rb | st);
+            if (align % 8 == 0)
+                RB_GATHER_LOOP(uint64_t);
+            else if (align % 4 == 0)
+                RB_GATHER_LOOP(uint32_t);
+            else
+                RB_GATHER_LOOP(uint8_t);
 #undef RB_GATHER_LOOP
+        }
     }
     return 0;
 }

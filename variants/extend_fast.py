@@ -23,8 +23,10 @@ another ``arange``, and the storage walked the batch's items once more.
 2. the priority column (when the sampler is prioritized): one C pass
    (``rb_extend_prepare``) checks the priorities (finite, >= 0; without the
    column: the max priority, as ``on_write``) and computes ``priority + eps``
-   and the new max priority into a reused workspace, then torch's ``pow``
-   finishes the reference's transform (the same bits);
+   and the new max priority into a reused workspace, then the reference's
+   transform finishes with torch's ``pow``: in the same C call, as torch
+   computes it (``native.torch_pow``), where that is known to give torch's
+   bits, else torch's own;
 3. ONE native call (``rb_extend``, every argument in one packed block): it
    checks that no transform overflowed (else nothing is written and the full
    path raises), then writes both trees' leaves and recomputes each ancestor
@@ -37,11 +39,11 @@ Without the native library (or with a sampler whose trees run Triton's
 interpreter) ``_try_extend_torch`` does the same with torch copies
 (``ring_slices``), the trees through ``PrioritizedSampler._update_native``.
 
-A one-row prioritized extend whose ``alpha`` torch does not special-case
-does the transform in ``rb_extend_prepare`` too, with libm's ``pow``: what
-torch's CPU ``pow`` kernel computes for an element outside its vector loop
-(one element always is), used only after ``libm_pow_agrees`` found the two
-equal bit for bit on 65 probe priorities; torch's ``pow`` otherwise.
+The pow runs in ``rb_extend_prepare`` (``rb_pow_like_torch``: torch's vector
+pow and libm's, element by element as torch's kernel assigns them) when
+``torch_pow.agrees(alpha)`` and the batch is below torch's parallel grain;
+torch's ``pow`` otherwise. Cold, torch's ``pow`` of 256 priorities took
+67-81 us of a 235-276 us extend.
 
 Profiled after (one row, obs float32[8], action float32[2], reward
 float32[1], 2^20 slots, one torch thread, a busy 2-core machine, medians;
@@ -71,6 +73,7 @@ from tensordict import TensorDict
 
 from rbcheck.variants import native
 from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, ring_slices
+from rbcheck.variants.native import torch_pow
 from rbcheck.variants.prioritized import PrioritizedSampler
 from rbcheck.variants.random_sampler import RandomSampler
 from rbcheck.variants.vector_tree import interpreting
@@ -100,8 +103,8 @@ def _sources(storage: DeviceStorage, data) -> list | None:
 
 #: Fields of the argument block (``native.EXTEND_ARGS``; tree_update.c's rb_extend_args).
 (_N_COLS, _COLS, _CAPACITY, _FIRST, _N, _COUNT, _GENERATION, _INDEX, _SUM, _MIN, _SIZE, _VALUE, _SHADOW,
- _HIGH, _MAX, _PRIORITY, _IS_FLOAT32, _EPS, _DO_POW, _ALPHA) = range(20)
-_FIELDS = 20
+ _HIGH, _MAX, _PRIORITY, _IS_FLOAT32, _EPS, _DO_POW, _ALPHA, _VECTOR_POW) = range(21)
+_FIELDS = 21
 
 
 class _Plan:
@@ -117,7 +120,7 @@ class _Plan:
     place), the others every call."""
 
     __slots__ = ("cols", "watched", "specs", "layouts", "block", "address", "bound", "value", "views", "high",
-                 "priority", "libm_pow")
+                 "priority", "c_pow")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
@@ -127,7 +130,7 @@ class _Plan:
         self.views: dict = {}
         self.bound: dict = {}
         self.value = None
-        self.libm_pow = False  # rb_extend_prepare may finish a one-row transform (see bind_sampler)
+        self.c_pow = False  # rb_extend_prepare may finish the transform (see bind_sampler)
         self.priority = (None, None)  # (priority key, (column, is_float32) or None)
         layouts = [native.row_layout(column) for _, column in self.cols]
         if storage.device.type != "cpu" or any(len(key) != 1 for key, _ in self.cols) \
@@ -194,7 +197,8 @@ class _Plan:
         block[_EPS], block[_ALPHA] = _bits(sampler.eps), _bits(sampler.alpha)
         if self.value is None:
             self.values(1)
-        self.libm_pow = libm_pow_agrees(sampler.alpha, sampler.eps)
+        self.c_pow = torch_pow.agrees(sampler.alpha)
+        block[_VECTOR_POW] = torch_pow.vector_pow() or 0
         self.bound.update(sum=sum_nodes, min=min_nodes, max=high, eps=sampler.eps, alpha=sampler.alpha)
         return True
 
@@ -245,42 +249,6 @@ def extend_lock(storage) -> threading.Lock:
 def _bits(x: float) -> int:
     """The int64 whose bytes are the double ``x``."""
     return ctypes.c_int64.from_buffer_copy(ctypes.c_double(x)).value
-
-
-#: Exponents torch's CPU pow special-cases (fill, copy, sqrt, rsqrt, reciprocal, products):
-#: never libm's pow there.
-_SPECIAL_ALPHA = (0.0, 1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0)
-#: Raw priorities the agreement check transforms (1 + 64 values spread over many magnitudes).
-_PROBES = [0.0, *(float(x) for x in torch.logspace(-12, 12, 64, dtype=torch.float64))]
-_agrees: dict = {}
-
-
-def libm_pow_agrees(alpha: float, eps: float) -> bool:
-    """Whether ``rb_extend_prepare`` may transform a ONE-row priority itself (libm's pow):
-    ``alpha`` is not one torch special-cases, and for every probe priority the native
-    transform of one row is torch's ``(p + eps) ** alpha`` of a one-element tensor bit
-    for bit (how torch computes it there: its CPU kernel's scalar path, ``std::pow``).
-    Cached per ``(alpha, eps)``; False without the native library."""
-    key = (alpha, eps)
-    if key not in _agrees:
-        lib = native.lib()
-        ok = lib is not None and alpha not in _SPECIAL_ALPHA
-        if ok:
-            out = torch.empty(1, dtype=torch.float64)
-            high = torch.zeros(1, dtype=torch.float64)
-            raw = torch.empty(1, dtype=torch.float64)
-            for p in _PROBES:
-                raw[0] = p
-                block = native.EXTEND_ARGS.pack(0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, out.data_ptr(), 0,
-                                                high.data_ptr(), high.data_ptr(), raw.data_ptr(), 0, eps, 1, alpha)
-                args = ctypes.create_string_buffer(block, len(block))
-                want = (raw + eps) ** alpha
-                if not lib.rb_extend_prepare(ctypes.addressof(args)) \
-                        or not torch.equal(out.view(torch.int64), want.view(torch.int64)):
-                    ok = False
-                    break
-        _agrees[key] = ok
-    return _agrees[key]
 
 
 def try_extend(buffer, data) -> torch.Tensor | None:
@@ -360,8 +328,10 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
             return None  # a priority the storage does not hold as a float column: the full path
         else:
             block[_PRIORITY] = 0  # none: the max priority, as on_write
-        if n == 1 and plan.libm_pow:  # one row: the transform in C, as torch's scalar path computes it
+        if plan.c_pow and n < torch_pow.GRAIN:  # the transform in C, as torch's pow computes it
             block[_DO_POW] = 1
+            if n > len(plan.value):
+                plan.values(n)
             if not lib.rb_extend_prepare(plan.address):
                 return None  # a bad priority: nothing changed, the full path raises
         else:

@@ -39,10 +39,12 @@ advanced: the full path runs and raises the reference's errors):
    writes the whole block; ``clone()`` it first to keep it alone;
 3. the draw is torch's, into the block: the reference's (``draw_uniforms``);
    a prioritized sample then makes ONE C call for ``mass = u * total``, the
-   descent and ``n * (leaf / total)`` (``rb_sample_descend``), torch's
-   ``pow`` (the reference's bits), and ONE C call for the weights' division
-   and float32 conversion, the generations and the rows (``rb_sample_rows``);
-   a uniform sample makes one call for its slots, generations and rows.
+   descent and ``n * (leaf / total)`` (``rb_sample_descend``), and ONE C call
+   for the weights' pow (as torch's ``pow`` computes it, ``native.torch_pow``,
+   where that is known to give its bits; else torch's ``pow`` runs between the
+   two calls), division and float32 conversion, the generations and the rows
+   (``rb_sample_rows``); a uniform sample makes one call for its slots,
+   generations and rows.
 
 Thread safety: a block is claimed under the plan's lock by the aliases it
 hands out (its reference count), so two concurrent samples never share one.
@@ -61,6 +63,7 @@ import torch
 from rbcheck.reference.prioritized_sampler import weight_divisor
 from rbcheck.variants import native
 from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, TensorPool, _to_tensordict
+from rbcheck.variants.native import torch_pow
 from rbcheck.variants.prioritized import PrioritizedSampler
 from rbcheck.variants.random_sampler import RandomSampler
 
@@ -251,8 +254,13 @@ def try_sample(buffer, batch_size) -> tuple | None:
     if prioritized:
         args.nodes, args.tree_size, args.total, args.divisor = nodes, tree_size, total, divisor
         args.threads = torch.get_num_threads() if batch_size >= THREADED else 1
+        exponent = -sampler.beta
+        args.do_pow = batch_size < torch_pow.GRAIN and torch_pow.agrees(exponent)
         lib.rb_sample_descend(ctypes.byref(args))
-        out.leaf.pow_(-sampler.beta)  # (n * p) ** -beta: torch's pow, the reference's bits
+        if args.do_pow:  # (n * p) ** -beta in rb_sample_rows, as torch's pow computes it
+            args.exponent, args.vector_pow = exponent, torch_pow.vector_pow() or None
+        else:
+            out.leaf.pow_(exponent)  # torch's pow, the reference's bits
     else:
         args.nodes = None
     code = lib.rb_sample_rows(ctypes.byref(args))

@@ -23,6 +23,7 @@ from tensordict import TensorDict
 
 from rbcheck import reference, variants
 from rbcheck.variants import extend_fast, native
+from rbcheck.variants.native import torch_pow
 from tests.variants.test_differential import assert_state_equal
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason="rbcheck.variants.native does not load: "
@@ -303,42 +304,63 @@ def test_trees_deep_enough_for_shadow_levels_stay_the_references(capacity, progr
         assert_same(ref, fast, slow)
 
 
-def c_transform(p: float, alpha: float, eps: float) -> torch.Tensor:
-    """``rb_extend_prepare``'s transform of one raw priority with libm's pow (float64[1])."""
-    out, high, raw = torch.empty(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), \
-        torch.tensor([p], dtype=torch.float64)
-    block = native.EXTEND_ARGS.pack(0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, out.data_ptr(), 0, high.data_ptr(),
-                                    high.data_ptr(), raw.data_ptr(), 0, eps, 1, alpha)
+def c_transform(raw: torch.Tensor, alpha: float, eps: float) -> torch.Tensor:
+    """``rb_extend_prepare``'s transform of float64 raw priorities with the C pow
+    (``rb_pow_like_torch`` and torch's vector pow)."""
+    n = len(raw)
+    out, high = torch.empty(n, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
+    block = native.EXTEND_ARGS.pack(0, 0, 1, 0, n, 0, 0, 0, 0, 0, 0, out.data_ptr(), 0, high.data_ptr(),
+                                    high.data_ptr(), raw.data_ptr(), 0, eps, 1, alpha,
+                                    torch_pow.vector_pow() or 0)
     args = ctypes.create_string_buffer(block, len(block))
     assert native.lib().rb_extend_prepare(ctypes.addressof(args))
     return out
 
 
-def test_one_row_transform_in_c_is_torchs_bit_for_bit():
-    """A one-row extend transforms its priority in C (libm's pow, what torch's CPU kernel
-    computes for a lone element): the same bits as torch's ``(p + eps) ** alpha`` of a
-    one-element tensor over many magnitudes and exponents; exponents torch special-cases
-    never take that path; and one-row extends take it and keep the reference's trees."""
-    for special in extend_fast._SPECIAL_ALPHA:
-        assert not extend_fast.libm_pow_agrees(special, 1e-8)
+def test_the_transform_in_c_is_torchs_bit_for_bit():
+    """Extends transform their priorities in C, as torch's pow computes them (its vector pow
+    for the pairs of vectors, libm's for the rest): the same bits as torch's
+    ``(p + eps) ** alpha`` for many lengths, magnitudes and exponents; exponents torch
+    special-cases never take that path; and extends take it and keep the reference's trees."""
+    if not torch_pow.agrees(0.6):
+        pytest.skip("torch's pow is not done in C here (capability "
+                    f"{torch.backends.cpu.get_cpu_capability()}, or no native library)")
+    for special in torch_pow.SPECIAL:
+        assert not torch_pow.agrees(special)
     g = torch.Generator().manual_seed(7)
     raw = torch.cat([torch.rand(300, generator=g, dtype=torch.float64) * 5,
                      torch.exp(torch.randn(300, generator=g, dtype=torch.float64) * 40), torch.zeros(1)])
     for alpha, eps in [(0.6, 1e-8), (0.4, 1e-8), (1.3, 0.0), (0.77, 1e-3)]:
-        assert extend_fast.libm_pow_agrees(alpha, eps)
-        for p in raw.tolist():
-            want = (torch.tensor([p], dtype=torch.float64) + eps) ** alpha
-            got = c_transform(p, alpha, eps)
-            assert torch.equal(got.view(torch.int64), want.view(torch.int64)), f"p={p!r}, alpha={alpha}"
-    ref, fast, _ = three(4, "prioritized", alpha=0.6)
-    for p in raw[::40].tolist():
-        data = flat_rows(1, 0, [p], torch.float64)
+        assert torch_pow.agrees(alpha)
+        for n in (1, 7, 8, 9, 17, 256, 601):
+            x = raw.roll(n)[:n].contiguous()
+            want, got = (x + eps) ** alpha, c_transform(x, alpha, eps)
+            assert torch.equal(got.view(torch.int64), want.view(torch.int64)), f"n={n}, alpha={alpha}"
+    ref, fast, _ = three(64, "prioritized", alpha=0.6)
+    for n in (1, 9, 40, 3):
+        data = flat_rows(n, 0, raw[:n].tolist(), torch.float64)
         ref.extend(data)
         fast.extend(data)
-    assert fast.storage._extend_plan.libm_pow
+        raw = raw.roll(n)
+    assert fast.storage._extend_plan.c_pow
     want = ref.sampler.sum_tree.nodes
     assert torch.equal(fast.sampler.sum_tree.nodes.view(torch.int64), want.view(torch.int64))
     assert_same(ref, fast)
+
+
+def test_the_probe_refuses_a_pow_whose_elements_take_the_wrong_function():
+    """``torch_pow.agrees`` can fail: libm's pow for every element (no vector pow) differs from
+    torch's on the probe wherever torch's kernel has a vector pow to call, and a probe
+    given that pow refuses it."""
+    if not torch_pow.vector_pow():
+        pytest.skip("torch's kernel calls no vector pow here: libm's throughout is its pow")
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(torch_pow, "_state", {"vector": 0})
+    try:
+        assert not torch_pow.agrees(0.6)
+    finally:
+        monkeypatch.undo()
+    assert torch_pow.agrees(0.6)
 
 
 class _OneUlpOff:
@@ -359,18 +381,16 @@ class _OneUlpOff:
         return ok
 
 
-def test_a_c_transform_that_differs_from_torchs_is_refused_and_caught(monkeypatch):
-    """Controls: the agreement check refuses a C transform one ulp off torch's (so the
-    one-row path keeps torch's pow), and were it not checked the comparison fails."""
-    monkeypatch.setattr(extend_fast, "_agrees", {})
+def test_a_c_transform_that_differs_from_torchs_is_caught(monkeypatch):
+    """Control: were the C transform one ulp off torch's, the comparison with the
+    reference fails (and with torch's pow kept, it passes)."""
     monkeypatch.setitem(native._state, "lib", _OneUlpOff(native.lib()))
-    assert not extend_fast.libm_pow_agrees(0.6, 1e-8)
     ref, fast, _ = three(4, "prioritized")
+    monkeypatch.setattr(torch_pow, "agrees", lambda exponent: False)
     for buf in (ref, fast):
         buf.extend(flat_rows(2, 0, [1.0, 2.0]))
-        buf.extend(flat_rows(1, 2, [0.7]))
-    assert_same(ref, fast)  # the agreement check kept torch's pow
-    monkeypatch.setattr(extend_fast, "libm_pow_agrees", lambda alpha, eps: True)
+    assert_same(ref, fast)  # torch's pow
+    monkeypatch.setattr(torch_pow, "agrees", lambda exponent: True)
     fast.storage._extend_plan = None
     ref.extend(flat_rows(1, 3, [0.9]))
     fast.extend(flat_rows(1, 3, [0.9]))

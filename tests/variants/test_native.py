@@ -539,7 +539,7 @@ def test_a_build_whose_argument_block_differs_is_refused_by_name(monkeypatch):
     field short on the Python side, ``lib()`` is None and says why; the loaded library
     matches both blocks."""
     lib = native.lib()
-    assert lib.rb_sample_args_size() == ctypes.sizeof(native.SampleArgs) == 16 * 8
+    assert lib.rb_sample_args_size() == ctypes.sizeof(native.SampleArgs) == 19 * 8
     assert lib.rb_extend_args_size() == native.EXTEND_ARGS.size
 
     class Short(ctypes.Structure):
@@ -548,9 +548,9 @@ def test_a_build_whose_argument_block_differs_is_refused_by_name(monkeypatch):
     monkeypatch.setattr(native, "SampleArgs", Short)
     native.reset()
     try:
-        with pytest.warns(RuntimeWarning, match=r"sample's argument block=128 bytes, but should be 120"):
+        with pytest.warns(RuntimeWarning, match=r"sample's argument block=152 bytes, but should be 144"):
             assert native.lib() is None
-        assert "sample's argument block=128 bytes, but should be 120" in native.unavailable_reason()
+        assert "sample's argument block=152 bytes, but should be 144" in native.unavailable_reason()
     finally:
         native._state.clear()
         native._state.update(saved)

@@ -22,6 +22,7 @@ from tensordict import TensorDict
 
 from rbcheck import reference, variants
 from rbcheck.variants import native, sample_fast
+from rbcheck.variants.native import torch_pow
 from tests.variants.test_differential import assert_state_equal
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason="rbcheck.variants.native does not load: "
@@ -152,6 +153,46 @@ def test_a_large_batch_split_over_threads_is_the_references(monkeypatch):
     for buf in bufs:
         buf.extend(data.clone())
     sample_all(bufs, sample_fast.THREADED + 5, monkeypatch, "threaded")
+
+
+class _RowsSpy:
+    """The native library, recording each ``rb_sample_rows`` call's ``do_pow`` and, as a
+    mutant, raising the weights' bases to an exponent 1% off."""
+
+    def __init__(self, lib, off: bool = False):
+        self._lib, self.off, self.pows = lib, off, []
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def rb_sample_rows(self, ref):
+        args = ref._obj
+        self.pows.append(bool(args.do_pow))
+        if self.off and args.do_pow:
+            args.exponent *= 1.01
+        return self._lib.rb_sample_rows(ref)
+
+
+@pytest.mark.parametrize("beta", [0.4, 0.7, 0.123])
+def test_the_weights_pow_in_c_is_the_references(beta, monkeypatch):
+    """Samples of up to thousands of draws raise their weights' bases to ``-beta`` in C (as
+    torch's pow computes it, ``native.torch_pow``): the reference's weights bit for bit,
+    the C pow taken; and a C pow with another exponent is caught by the comparison."""
+    if not torch_pow.agrees(-beta):
+        pytest.skip("torch's pow is not done in C here (capability "
+                    f"{torch.backends.cpu.get_cpu_capability()}, or no native library)")
+    bufs = three(1 << 12, "prioritized", beta=beta)
+    data = batch(1 << 12, 0, False, torch.rand(1 << 12, generator=torch.Generator().manual_seed(3)) * 7)
+    for buf in bufs:
+        buf.extend(data.clone())
+    spy = _RowsSpy(native.lib())
+    monkeypatch.setitem(native._state, "lib", spy)
+    for n in (4099, 9, 1):
+        sample_all(bufs, n, monkeypatch, f"{n} draws")
+    assert spy.pows and all(spy.pows)
+    monkeypatch.setitem(native._state, "lib", _RowsSpy(spy._lib, off=True))
+    with pytest.raises(AssertionError, match="weight"):
+        sample_all(bufs, 4099, monkeypatch, "mutant")
 
 
 @pytest.mark.parametrize("batch_size", [0, -3, 2.0, True, "4", None])

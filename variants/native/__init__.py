@@ -64,18 +64,18 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("tree.c")
-#: Every file of the build: tree.c includes tree_update.c and sample.c (one translation unit).
-SOURCES = (SOURCE, SOURCE.with_name("tree_update.c"), SOURCE.with_name("sample.c"))
+#: Every file of the build: tree.c includes pow.c, tree_update.c and sample.c (one translation unit).
+SOURCES = (SOURCE, SOURCE.with_name("pow.c"), SOURCE.with_name("tree_update.c"), SOURCE.with_name("sample.c"))
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
 #: Libraries linked after the source (libm: ``pow``, see ``rb_extend_prepare``).
 LIBS = ("-lm",)
-ABI_VERSION = 15
+ABI_VERSION = 16
 #: The argument block of ``rb_extend_prepare`` / ``rb_extend`` (tree_update.c's
 #: ``rb_extend_args``, packed by the caller in one call): n_cols, cols, capacity,
 #: first, n, write_count, generation, index_out, sum, min, size, value, shadow,
 #: high, max_priority, priority, is_float32 (an int64 or an address each; 0 for
-#: NULL), eps (a double), do_pow (an int64), alpha (a double).
-EXTEND_ARGS = struct.Struct("=17qdqd")
+#: NULL), eps (a double), do_pow (an int64), alpha (a double), vector_pow (an address).
+EXTEND_ARGS = struct.Struct("=17qdqdq")
 
 
 class SampleArgs(ctypes.Structure):
@@ -87,7 +87,8 @@ class SampleArgs(ctypes.Structure):
                 ("nodes", ctypes.c_void_p), ("tree_size", ctypes.c_int64), ("total", ctypes.c_double),
                 ("leaf", ctypes.c_void_p), ("divisor", ctypes.c_double), ("weight", ctypes.c_void_p),
                 ("generation", ctypes.c_void_p), ("write_count", ctypes.c_int64),
-                ("capacity", ctypes.c_int64), ("threads", ctypes.c_int64)]
+                ("capacity", ctypes.c_int64), ("threads", ctypes.c_int64), ("do_pow", ctypes.c_int64),
+                ("exponent", ctypes.c_double), ("vector_pow", ctypes.c_void_p)]
 
 
 #: Trees at least this deep have shadow levels (``shadow_levels``; tree.c's RB_SHADOW_MIN_DEPTH).
@@ -204,6 +205,8 @@ def _build() -> ctypes.CDLL:
     lib.rb_sample_descend.restype = None
     lib.rb_sample_rows.argtypes = [p]
     lib.rb_sample_rows.restype = i64
+    lib.rb_pow_like_torch.argtypes = [p, p, i64, ctypes.c_double, p]
+    lib.rb_pow_like_torch.restype = None
     return lib
 
 

@@ -22,9 +22,12 @@ typedef struct {
     int64_t write_count;    /* the ring writer's count */
     int64_t capacity;       /* ring slots: the generations' ring and the gather's bound */
     int64_t threads;        /* rb_sample_prefix's n_threads */
+    int64_t do_pow;         /* rb_sample_rows raises leaf to exponent first, as torch's pow */
+    double exponent;        /* -beta */
+    const void *vector_pow; /* rb_pow_like_torch's vector pow (NULL: libm's pow throughout) */
 } rb_sample_args;
 
-typedef char rb_sample_args_is_packed[sizeof(rb_sample_args) == 16 * 8 ? 1 : -1];
+typedef char rb_sample_args_is_packed[sizeof(rb_sample_args) == 19 * 8 ? 1 : -1];
 
 int64_t rb_sample_args_size(void) { return (int64_t)sizeof(rb_sample_args); }
 
@@ -37,16 +40,19 @@ void rb_sample_descend(const rb_sample_args *a)
 }
 
 /* The rest of a sample: a uniform one's slots from its uniforms
- * (rb_uniform_slots), or a prioritized one's weights (rb_divide_to_float
- * after the caller's pow); then the generations (rb_ring_generation) and
+ * (rb_uniform_slots), or a prioritized one's weights (do_pow: leaf **
+ * exponent as torch's pow, rb_pow_like_torch; else the caller's pow ran;
+ * then rb_divide_to_float); then the generations (rb_ring_generation) and
  * the rows (rb_gather_rows: 0, or 1 + the position of an index outside
  * [0, capacity), nothing copied). */
 int64_t rb_sample_rows(const rb_sample_args *a)
 {
     if (a->nodes == NULL)
         rb_uniform_slots(a->u, a->n, a->size, a->index);
-    else
+    else {
+        if (a->do_pow) rb_pow_like_torch(a->leaf, a->leaf, a->n, a->exponent, a->vector_pow);
         rb_divide_to_float(a->leaf, a->n, a->divisor, a->weight);
+    }
     rb_ring_generation(a->index, a->n, a->write_count, a->capacity, a->generation);
     const int64_t k = a->n_cols;
     return rb_gather_rows(k, a->cols, a->cols + k, a->cols + 2 * k, a->cols + 3 * k, a->index, a->n,

@@ -19,7 +19,7 @@
 #error "tree.c must be compiled without -ffast-math: its results must be the reference's bits"
 #endif
 
-#define RB_ABI_VERSION 15
+#define RB_ABI_VERSION 16
 /* Prefetch the children of the draw PREFETCH_AHEAD positions ahead (level by
  * level the next addresses are known; ~64 hides the latency of a tree larger
  * than the private caches on the machines measured, 16 was 2x slower), and
@@ -403,8 +403,10 @@ void rb_divide_to_float(const double *w, int64_t n, double c, float *out)
     for (int64_t i = 0; i < n; i++) out[i] = (float)(w[i] / c);
 }
 
-/* The batched update, the shadow levels and the row gather: tree_update.c;
- * a sample's steps strung into two calls: sample.c. Both part of this
- * translation unit (kept in their own files for their length). */
+/* torch's pow in C: pow.c; the batched update, the shadow levels and the row
+ * gather: tree_update.c; a sample's steps strung into two calls: sample.c.
+ * All part of this translation unit (kept in their own files for their
+ * length). */
+#include "pow.c"
 #include "tree_update.c"
 #include "sample.c"

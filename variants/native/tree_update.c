@@ -324,11 +324,12 @@ typedef struct {
     const void *priority;   /* the raw priorities (NULL: the max priority) */
     int64_t is_float32;     /* raw priorities float32 (else float64) */
     double eps;
-    int64_t do_pow;         /* rb_extend_prepare finishes the transform with libm's pow */
+    int64_t do_pow;         /* rb_extend_prepare finishes the transform as torch's pow */
     double alpha;
+    const void *vector_pow; /* rb_pow_like_torch's vector pow (NULL: libm's pow throughout) */
 } rb_extend_args;
 
-typedef char rb_extend_args_is_packed[sizeof(rb_extend_args) == 20 * 8 ? 1 : -1];
+typedef char rb_extend_args_is_packed[sizeof(rb_extend_args) == 21 * 8 ? 1 : -1];
 
 int64_t rb_extend_args_size(void) { return (int64_t)sizeof(rb_extend_args); }
 
@@ -341,19 +342,18 @@ int64_t rb_extend_args_size(void) { return (int64_t)sizeof(rb_extend_args); }
  * committed: rb_extend does, once the pow has shown that no transform
  * overflows.
  *
- * do_pow: then value[i] = pow(raw[i] + eps, alpha) here, with libm's pow:
- * what torch's CPU pow kernel computes for an element outside its vector
- * loop (std::pow, the same libm in the same process). The caller sets it
- * only where that is every element (one row: torch's loop vectorizes pairs
- * of vectors only) and for an alpha torch does not special-case (0, 1, 2,
- * 3, 0.5, -0.5, -1, -2), after checking the two agree (extend_fast.py). */
+ * do_pow: then value = (raw + eps) ** alpha here, as torch's pow computes it
+ * (rb_pow_like_torch with vector_pow, pow.c). The caller sets it only after
+ * torch_pow.agrees(alpha) found the two equal bit for bit, and for fewer
+ * rows than torch's parallel grain (extend_fast.py). */
 int64_t rb_extend_prepare(const rb_extend_args *x)
 {
     double high = *x->max_priority, eps = x->eps, *out = x->value;
     int64_t n = x->n;
     if (!x->priority) {
         double v = high + eps;
-        for (int64_t i = 0; i < n; i++) out[i] = x->do_pow ? pow(v, x->alpha) : v;
+        for (int64_t i = 0; i < n; i++) out[i] = v;
+        if (x->do_pow) rb_pow_like_torch(out, out, n, x->alpha, x->vector_pow);
         *x->high = high;
         return 1;
     }
@@ -367,8 +367,7 @@ int64_t rb_extend_prepare(const rb_extend_args *x)
         out[i] = v + eps;
     }
     *x->high = high;
-    if (x->do_pow)
-        for (int64_t i = 0; i < n; i++) out[i] = pow(out[i], x->alpha);
+    if (x->do_pow && ok) rb_pow_like_torch(out, out, n, x->alpha, x->vector_pow);
     return ok;
 }
 

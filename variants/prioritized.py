@@ -59,6 +59,7 @@ from rbcheck.reference.random_sampler import check_not_empty
 from rbcheck.variants import native
 from rbcheck.variants.device_storage import TensorPool, resolved
 from rbcheck.variants.device_storage import check_index_fast as check_index
+from rbcheck.variants.native import torch_pow
 from rbcheck.variants.random_sampler import draw_into
 from rbcheck.variants.vector_tree import (
     VectorMinTree,
@@ -191,8 +192,9 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
     def _update_native(self, index, priority, first: int | None = None) -> bool:
         """``update_priority``'s happy path on the CPU: one C pass checks the indices
         and priorities, widens them to float64, adds eps and finds the new max
-        priority; torch's pow finishes the transform (the reference's op: same bits);
-        one C pass checks that no transform overflowed and only then commits the max;
+        priority; the pow finishes the transform (the reference's bits: torch's, or the
+        same in C, ``native.torch_pow``); one C pass (the pow's, when in C) checks that no
+        transform overflowed and only then commits the max;
         one C call updates both trees (``first``: ``index`` is the ring slots ``first,
         first + 1, ...``, written as one or two ranges). False when it does not apply or a check fails
         (nothing changed): the full path then runs (and raises the reference's error)."""
@@ -207,8 +209,12 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         high = workspace(self.work, "high", (1,), torch.float64, "cpu")
         if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority, high):
             return False
-        value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
-        if not native.finish_update(value, high, self._max_priority):
+        if len(index) < torch_pow.GRAIN and torch_pow.agrees(self.alpha):  # the pow in C, as torch's
+            done = native.finish_update(value, high, self._max_priority, self.alpha)
+        else:
+            value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
+            done = native.finish_update(value, high, self._max_priority)
+        if not done:
             return False  # a transform overflowed float64
         trees = (self.sum_tree.raw_nodes, False, self.min_tree.raw_nodes, True, self.sum_tree.size,
                  self.capacity)

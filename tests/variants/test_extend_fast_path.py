@@ -348,6 +348,38 @@ def test_the_transform_in_c_is_torchs_bit_for_bit():
     assert_same(ref, fast)
 
 
+def test_update_priority_transforms_in_c_bit_for_bit(monkeypatch):
+    """``update_priority`` transforms its priorities in C too (``finish_update`` with alpha):
+    the C path taken, the trees the reference's bit for bit; and with libm's pow for every
+    element (as if torch's kernel had no vector pow) the trees differ: the comparison sees a
+    pow that assigns elements to the wrong function."""
+    if not torch_pow.agrees(0.6) or not torch_pow.vector_pow():
+        pytest.skip("torch's pow is not done in C with a vector pow here (capability "
+                    f"{torch.backends.cpu.get_cpu_capability()}, or no native library)")
+    g = torch.Generator().manual_seed(8)
+    index = torch.randperm(4096, generator=g)[:2003]  # distinct slots, an odd count (a vector tail)
+    priority = torch.exp(torch.randn(len(index), generator=g, dtype=torch.float64) * 3)
+
+    def run(vector):
+        ref, fast, _ = three(4096, "prioritized", alpha=0.6)
+        for buf in (ref, fast):
+            buf.extend(flat_rows(4096, 0, [1.0] * 4096))
+        calls = []
+        real = native.finish_update
+        monkeypatch.setattr(native, "finish_update", lambda *a: calls.append(len(a)) or real(*a))
+        monkeypatch.setattr(torch_pow, "_state", {**torch_pow._state, "vector": vector})
+        for buf in (ref, fast):
+            buf.update_priority(index, priority)
+        monkeypatch.undo()
+        got, want = fast.sampler.sum_tree.nodes, ref.sampler.sum_tree.nodes
+        return calls, torch.equal(got.view(torch.int64), want.view(torch.int64))
+
+    calls, same = run(torch_pow.vector_pow())
+    assert calls == [4] and same  # value, high, max priority and alpha: the pow in C
+    calls, same = run(0)
+    assert calls == [4] and not same
+
+
 def test_the_probe_refuses_a_pow_whose_elements_take_the_wrong_function():
     """``torch_pow.agrees`` can fail: libm's pow for every element (no vector pow) differs from
     torch's on the probe wherever torch's kernel has a vector pow to call, and a probe

@@ -96,6 +96,7 @@ SHADOW_MIN_DEPTH = 6
 
 _state: dict = {}  # "lib": CDLL or None, "reason": str or None
 
+from rbcheck.variants.native import torch_pow  # noqa: E402 (after _state: it reads native lazily)
 from rbcheck.variants.native.memory import empty_huge, moved, row_layout, watch  # noqa: E402, F401 (the API)
 
 
@@ -193,7 +194,7 @@ def _build() -> ctypes.CDLL:
     lib.rb_all_finite_nonneg.restype = i64
     lib.rb_prepare_update.argtypes = [p, i64, i64, p, i64, ctypes.c_double, p, p, p]
     lib.rb_prepare_update.restype = i64
-    lib.rb_finish_update.argtypes = [p, i64, p, p]
+    lib.rb_finish_update.argtypes = [p, i64, p, p, ctypes.c_double, p, i64]
     lib.rb_finish_update.restype = i64
     _check_block(lib.rb_extend_args_size, "extend's", EXTEND_ARGS.size)
     _check_block(lib.rb_sample_args_size, "sample's", ctypes.sizeof(SampleArgs))
@@ -447,9 +448,14 @@ def prepare_update(index: torch.Tensor, capacity: int, priority: torch.Tensor, e
         int(priority.dtype == torch.float32), eps, out.data_ptr(), max_priority.data_ptr(), high.data_ptr()))
 
 
-def finish_update(value: torch.Tensor, high: torch.Tensor, max_priority: torch.Tensor) -> bool:
-    """After the transform ``value = (priority + eps) ** alpha`` (float64): True when
-    every ``value`` is finite (no transform overflowed); then ``max_priority``
-    becomes ``high`` (``prepare_update``'s). False: ``max_priority`` unchanged."""
+def finish_update(value: torch.Tensor, high: torch.Tensor, max_priority: torch.Tensor,
+                  alpha: float | None = None) -> bool:
+    """After the transform ``value = (priority + eps) ** alpha`` (float64; with ``alpha``
+    given, its pow is done here first, as torch's pow computes it: ``torch_pow``, only
+    where ``torch_pow.agrees(alpha)``): True when every ``value`` is finite (no transform
+    overflowed); then ``max_priority`` becomes ``high`` (``prepare_update``'s). False:
+    ``max_priority`` unchanged."""
+    vector = (torch_pow.vector_pow() or None) if alpha is not None else None
     return bool(_state["lib"].rb_finish_update(value.data_ptr(), value.shape[0], high.data_ptr(),
-                                               max_priority.data_ptr()))
+                                               max_priority.data_ptr(), 0.0 if alpha is None else alpha,
+                                               vector, alpha is not None))

@@ -325,17 +325,23 @@ int64_t rb_prepare_update(const int64_t *index, int64_t n, int64_t capacity, con
     return ok;
 }
 
-/* update_priority's commit after the transform (p + eps) ** alpha: 1 when
+/* update_priority's commit after the transform (p + eps) ** alpha (do_pow:
+ * done here first, value = value ** alpha as torch's pow computes it,
+ * rb_pow_like_torch with vector_pow; else the caller's torch pow ran): 1 when
  * every value[i] is finite (no transform overflowed float64); then
  * *max_priority becomes *high (rb_prepare_update's). 0 otherwise, with
  * *max_priority unchanged (the caller's full checks report the overflow). */
-int64_t rb_finish_update(const double *value, int64_t n, const double *high, double *max_priority)
+int64_t rb_finish_update(double *value, int64_t n, const double *high, double *max_priority, double alpha,
+                         const void *vector_pow, int64_t do_pow)
 {
+    if (do_pow) rb_pow_like_torch(value, value, n, alpha, vector_pow);
     int64_t ok = 1;
     for (int64_t i = 0; i < n; i++) ok &= (value[i] <= DBL_MAX) & (value[i] >= -DBL_MAX);
     if (ok) *max_priority = *high;
     return ok;
 }
+
+void rb_pow_like_torch(const double *x, double *out, int64_t n, double e, const void *vector_pow); /* pow.c */
 
 /* The prioritized sampler's draw: mass = u[i] * total, then rb_find_prefix,
  * then out_base[i] = (leaf / total) * n_rows, the reference's "n * p" before

@@ -256,7 +256,8 @@ def try_extend(buffer, data) -> torch.Tensor | None:
     fast path does not apply or a check fails (nothing changed: the caller runs the full
     path, which raises the reference's error). With the native library: the checks in
     Python, then for a prioritized buffer ``rb_extend_prepare`` (the priorities' checks,
-    ``+ eps``, the max) and torch's pow, then ONE native call (``rb_extend``) that checks no
+    ``+ eps``, the max, and the pow as torch computes it; else torch's pow after it), then
+    ONE native call (``rb_extend``) that checks no
     transform overflowed and writes the trees, the max priority, the rows, the generations
     and the slots returned. Without it (or with Triton's interpreter), ``_try_extend_torch``.
     The caller holds ``extend_lock(buffer.storage)`` (the native calls release the GIL and

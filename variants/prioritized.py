@@ -209,7 +209,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         high = workspace(self.work, "high", (1,), torch.float64, "cpu")
         if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority, high):
             return False
-        if len(index) < torch_pow.GRAIN and torch_pow.agrees(self.alpha):  # the pow in C, as torch's
+        if torch_pow.in_c(len(index), self.alpha):  # the pow in C, as torch's
             done = native.finish_update(value, high, self._max_priority, self.alpha)
         else:
             value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
@@ -256,9 +256,9 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         leaf = workspace(work, "leaf", (batch_size,), torch.float64, dev)
         out = self.pool.take("weight", (batch_size,), torch.float32, dev)
         # the reference's (n * (leaf / total)) ** -beta / divisor, op by op
-        if fused:  # C: mass = u * total, descent, n * (leaf / total); torch: the pow; C: / and float32
+        if fused:  # C: mass = u * total, descent, n * (leaf / total), the pow, / and float32
             native.sample_prefix(self.sum_tree.raw_nodes, self.sum_tree.size, u, total, n, index, leaf)
-            leaf.pow_(-self.beta)
+            torch_pow.pow_(leaf, -self.beta)  # torch's pow, or the same bits in C
             return {"index": index, "weight": native.divide_to_float(leaf, divisor, out)}
         if self.backend == "triton" and (dev.type == "cuda" or interpreting()):
             from rbcheck.variants import triton_tree  # imported by the trees already

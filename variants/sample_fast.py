@@ -255,7 +255,7 @@ def try_sample(buffer, batch_size) -> tuple | None:
         args.nodes, args.tree_size, args.total, args.divisor = nodes, tree_size, total, divisor
         args.threads = torch.get_num_threads() if batch_size >= THREADED else 1
         exponent = -sampler.beta
-        args.do_pow = batch_size < torch_pow.GRAIN and torch_pow.agrees(exponent)
+        args.do_pow = torch_pow.in_c(batch_size, exponent)
         lib.rb_sample_descend(ctypes.byref(args))
         if args.do_pow:  # (n * p) ** -beta in rb_sample_rows, as torch's pow computes it
             args.exponent, args.vector_pow = exponent, torch_pow.vector_pow() or None

@@ -21,8 +21,11 @@ and float32 conversion, a uniform sample's slots from its uniforms
 row-major columns or fields of interleaved rows; ``GatherBlock`` keeps its
 argument table per storage), a ring writer's
 generations at sampled slots (``ring_generation``, arithmetic) and the
-happy-path checks of indices and priorities (and, after torch's pow, that no
-transform overflowed), and an ``extend``'s whole write (``rb_extend_prepare``
+happy-path checks of indices and priorities (and, after the pow, that no
+transform overflowed), torch's float64 ``pow`` with its bits (``pow.c``,
+``torch_pow``: the vector pow torch's own kernel calls, then libm's, element
+by element as that kernel assigns them; used where a probe agrees), and an
+``extend``'s whole write (``rb_extend_prepare``
 then ``rb_extend``, their arguments in one ``EXTEND_ARGS`` block: the
 priorities' checks and transform, both trees' ranges, the max priority, the
 rows into the storage's interleaved rows, the generations and the slots;

@@ -117,3 +117,20 @@ def _probe(exponent: float) -> bool:
         if not same(witnesses.repeat(n // len(witnesses) + 1)[:n].contiguous(), vector)[0]:
             return False
     return True
+
+
+def in_c(n: int, exponent: float) -> bool:
+    """Whether a pow of ``n`` float64 elements by ``exponent`` may run in C with torch's
+    bits: below ``GRAIN`` (one loop in torch's kernel) and ``agrees(exponent)``."""
+    return n < GRAIN and agrees(exponent)
+
+
+def pow_(x: torch.Tensor, exponent: float) -> torch.Tensor:
+    """``x.pow_(exponent)`` for a contiguous float64 CPU tensor ``x``: in C where ``in_c``
+    (one native call), else torch's."""
+    from rbcheck.variants import native
+
+    if x.dtype == torch.float64 and x.is_cpu and x.is_contiguous() and in_c(x.numel(), exponent):
+        native.lib().rb_pow_like_torch(x.data_ptr(), x.data_ptr(), x.numel(), exponent, vector_pow() or None)
+        return x
+    return x.pow_(exponent)

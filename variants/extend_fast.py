@@ -333,8 +333,8 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
             block[_DO_POW] = 1
             if n > len(plan.value):
                 plan.values(n)
-            if not lib.rb_extend_prepare(plan.address):
-                return None  # a bad priority: nothing changed, the full path raises
+            if lib.rb_extend_whole(plan.address):  # rb_extend_prepare then rb_extend, one call
+                return None  # a bad priority or an overflow: nothing changed, the full path raises
         else:
             block[_DO_POW] = 0
             values = plan.views.get(n)
@@ -343,8 +343,8 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
             if not lib.rb_extend_prepare(plan.address):
                 return None  # a bad priority: nothing changed, the full path raises
             values.pow_(sampler.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
-        if lib.rb_extend(plan.address):
-            return None  # a transform overflowed (nothing written): the full path raises
+            if lib.rb_extend(plan.address):
+                return None  # a transform overflowed (nothing written): the full path raises
         sum_tree._stale = sum_tree._stale or sum_tree.has_shadow  # mark_stale(), inlined
         min_tree._stale = min_tree._stale or min_tree.has_shadow
     else:

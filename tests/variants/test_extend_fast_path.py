@@ -198,9 +198,10 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("alpha", [1.0, 1.3])  # torch's pow after rb_extend_prepare; the C pow, one call
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_refused_batches_raise_the_reference_error_and_change_nothing(case, monkeypatch):
-    ref, fast, slow = three(6, "prioritized", alpha=1.0)
+def test_refused_batches_raise_the_reference_error_and_change_nothing(case, alpha, monkeypatch):
+    ref, fast, slow = three(6, "prioritized", alpha=alpha)
     extend_all(ref, fast, slow, flat_rows(4, 0, [1.0, 2.0, 3.0, 4.0]), monkeypatch)
     before = ref.state_dict()
     errors = []
@@ -233,6 +234,14 @@ def test_the_comparison_catches_a_fast_path_that_drops_a_generation(monkeypatch)
         assert_same(ref, fast)
 
 
+def _whole(lib, args):
+    """``rb_extend_whole`` as its two calls, made through ``lib`` (a mutant of either runs)."""
+    fields = native.EXTEND_ARGS.unpack(ctypes.string_at(args, native.EXTEND_ARGS.size))
+    if fields[8] and not lib.rb_extend_prepare(args):  # trees (sum): the priorities first
+        return 3
+    return lib.rb_extend(args)
+
+
 class _BrokenExtend:
     """The native library with an ``rb_extend`` that writes everything but the last
     row's generation (which keeps its old value): a broken C version."""
@@ -251,6 +260,9 @@ class _BrokenExtend:
         code = self._lib.rb_extend(args)
         slot.value = old
         return code
+
+    def rb_extend_whole(self, args):
+        return _whole(self, args)
 
 
 @pytest.mark.parametrize("sampler", ["random", "prioritized"])
@@ -411,6 +423,9 @@ class _OneUlpOff:
             value = ctypes.c_int64.from_address(fields[11])
             value.value += 1
         return ok
+
+    def rb_extend_whole(self, args):
+        return _whole(self, args)
 
 
 def test_a_c_transform_that_differs_from_torchs_is_caught(monkeypatch):

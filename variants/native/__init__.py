@@ -205,6 +205,8 @@ def _build() -> ctypes.CDLL:
     lib.rb_extend_prepare.restype = i64
     lib.rb_extend.argtypes = [p]
     lib.rb_extend.restype = i64
+    lib.rb_extend_whole.argtypes = [p]
+    lib.rb_extend_whole.restype = i64
     lib.rb_sample_descend.argtypes = [p]
     lib.rb_sample_descend.restype = None
     lib.rb_sample_rows.argtypes = [p]

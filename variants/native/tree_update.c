@@ -469,3 +469,12 @@ int64_t rb_extend(const rb_extend_args *x)
     }
     return 0;
 }
+
+/* rb_extend_prepare then rb_extend in one call, for a caller with nothing to
+ * do between them (do_pow set, or no trees): returns rb_extend's code, or 3
+ * (a raw priority not finite or < 0) with nothing written. */
+int64_t rb_extend_whole(const rb_extend_args *x)
+{
+    if (x->sum && !rb_extend_prepare(x)) return 3;
+    return rb_extend(x);
+}

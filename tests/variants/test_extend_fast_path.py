@@ -167,6 +167,20 @@ def test_rows_copied_block_by_block_are_the_references(layout):
         assert_same(ref, fast, slow)
 
 
+@pytest.mark.parametrize("n", [1, 3, 100, 5000])
+def test_each_extend_returns_slots_of_its_own(n):
+    """Slot tensors are made ahead in batches (``_Plan.slots``): each extend's is its own
+    memory, never written by a later extend, and holds exactly its slots."""
+    _, fast, _ = three(8192, "random")
+    fast.extend(flat_rows(1, 0))
+    returned = [(fast.extend(flat_rows(n, 10)), 1 + i * n) for i in range(70)]
+    for index, first in returned:
+        assert index.dtype == torch.int64 and index.shape == (n,)
+        assert torch.equal(index, torch.arange(first, first + n) % 8192)
+    addresses = {index.data_ptr() for index, _ in returned}
+    assert len(addresses) == len(returned)
+
+
 @pytest.mark.parametrize("sampler", ["random", "prioritized"])
 def test_the_fast_path_is_taken(sampler, monkeypatch):
     """After the first write (which allocates), a batch of the storage's layout never

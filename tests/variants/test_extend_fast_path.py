@@ -181,6 +181,21 @@ def test_each_extend_returns_slots_of_its_own(n):
     assert len(addresses) == len(returned)
 
 
+def test_slots_made_ahead_outlive_other_batch_sizes():
+    """Slot tensors made ahead for one batch size are still there after extends of other
+    sizes, a large one included (made alone, kept nowhere): interleaved sizes, as between an
+    agent's single steps and its bulk loads, do not remake the batch every time."""
+    _, fast, _ = three(8192, "random")
+    fast.extend(flat_rows(1, 0))  # allocates the rows (the full path)
+    fast.extend(flat_rows(1, 1))
+    left = len(fast.storage._extend_plan.free[1])
+    for n in (3000, 256, 4096, 7, 2):
+        fast.extend(flat_rows(n, 10))
+        fast.extend(flat_rows(1, 10))
+        left -= 1
+        assert len(fast.storage._extend_plan.free[1]) == left, n
+
+
 @pytest.mark.parametrize("sampler", ["random", "prioritized"])
 def test_the_fast_path_is_taken(sampler, monkeypatch):
     """After the first write (which allocates), a batch of the storage's layout never

@@ -421,6 +421,26 @@ def test_update_priority_transforms_in_c_bit_for_bit(monkeypatch):
     assert calls == [4] and not same
 
 
+def test_a_capability_without_a_known_vector_pow_keeps_torchs_pow(monkeypatch):
+    """Where rbcheck does not know which vector pow torch's kernel calls (AVX512, another
+    CPU), the C pow is never used: ``vector_pow()`` is None, no exponent agrees, and
+    extends still give the reference's bits through torch's ``pow``. DEFAULT (no vector
+    unit) means libm throughout (0), still subject to the probe."""
+    for capability, want in (("AVX512", None), ("SVE256", None), ("DEFAULT", 0)):
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert torch_pow._find_vector_pow() == want, capability
+    monkeypatch.undo()
+    monkeypatch.setattr(torch_pow, "_state", {"vector": None})
+    assert not torch_pow.agrees(0.6) and not torch_pow.in_c(9, 0.6)
+    ref, fast, _ = three(16, "prioritized", alpha=0.6)
+    for n in (1, 9, 1, 9):
+        data = flat_rows(n, 0, [0.25 * (i + 1) for i in range(n)])
+        for buf in (ref, fast):
+            buf.extend(data)
+    assert not fast.storage._extend_plan.c_pow
+    assert_same(ref, fast)
+
+
 def test_the_probe_refuses_a_pow_whose_elements_take_the_wrong_function():
     """``torch_pow.agrees`` can fail: libm's pow for every element (no vector pow) differs from
     torch's on the probe wherever torch's kernel has a vector pow to call, and a probe

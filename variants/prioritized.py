@@ -210,7 +210,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority, high):
             return False
         if torch_pow.in_c(len(index), self.alpha):  # the pow in C, as torch's
-            done = native.finish_update(value, high, self._max_priority, self.alpha)
+            done = native.finish_update(value, high, self._max_priority, self.alpha, torch_pow.vector_pow())
         else:
             value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
             done = native.finish_update(value, high, self._max_priority)

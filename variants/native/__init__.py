@@ -99,7 +99,6 @@ SHADOW_MIN_DEPTH = 6
 
 _state: dict = {}  # "lib": CDLL or None, "reason": str or None
 
-from rbcheck.variants.native import torch_pow  # noqa: E402 (after _state: it reads native lazily)
 from rbcheck.variants.native.memory import empty_huge, moved, row_layout, watch  # noqa: E402, F401 (the API)
 
 
@@ -454,13 +453,12 @@ def prepare_update(index: torch.Tensor, capacity: int, priority: torch.Tensor, e
 
 
 def finish_update(value: torch.Tensor, high: torch.Tensor, max_priority: torch.Tensor,
-                  alpha: float | None = None) -> bool:
+                  alpha: float | None = None, vector_pow: int | None = None) -> bool:
     """After the transform ``value = (priority + eps) ** alpha`` (float64; with ``alpha``
-    given, its pow is done here first, as torch's pow computes it: ``torch_pow``, only
-    where ``torch_pow.agrees(alpha)``): True when every ``value`` is finite (no transform
-    overflowed); then ``max_priority`` becomes ``high`` (``prepare_update``'s). False:
-    ``max_priority`` unchanged."""
-    vector = (torch_pow.vector_pow() or None) if alpha is not None else None
+    given, its pow is done here first, as torch's pow computes it with ``vector_pow``:
+    ``torch_pow``, only where ``torch_pow.in_c``): True when every ``value`` is finite (no
+    transform overflowed); then ``max_priority`` becomes ``high`` (``prepare_update``'s).
+    False: ``max_priority`` unchanged."""
     return bool(_state["lib"].rb_finish_update(value.data_ptr(), value.shape[0], high.data_ptr(),
                                                max_priority.data_ptr(), 0.0 if alpha is None else alpha,
-                                               vector, alpha is not None))
+                                               vector_pow or None, alpha is not None))

@@ -431,8 +431,9 @@ static void copy_rows(char *to, int64_t ts, int64_t s0, const char *from, int64_
  * share stay in the L1 cache between them. One pass per column over all n
  * rows, as before, brought each interleaved row back from beyond the L2
  * cache once per column once n rows outgrew it: an extend of 65536 rows of
- * width 8 took ~1.1-1.2 ms in C that way and ~0.75-0.85 ms blocked (a C
- * benchmark with 64 MiB written between calls, medians of 60).
+ * width 8 took 1.05-1.4 ms in C that way and 0.73-0.96 ms in blocks of 64 to
+ * 512 rows (a C benchmark with 64 MiB written between calls, medians of 60,
+ * several runs).
  *
  * Returns 0 when written, 1 (overflow) or 2 (arguments outside the
  * contract) with nothing written. */

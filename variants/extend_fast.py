@@ -105,6 +105,8 @@ def _sources(storage: DeviceStorage, data) -> list | None:
 (_N_COLS, _COLS, _CAPACITY, _FIRST, _N, _COUNT, _GENERATION, _INDEX, _SUM, _MIN, _SIZE, _VALUE, _SHADOW,
  _HIGH, _MAX, _PRIORITY, _IS_FLOAT32, _EPS, _DO_POW, _ALPHA, _VECTOR_POW) = range(21)
 _FIELDS = 21
+#: ``native.calls().extend``'s modes.
+_EXTEND, _WHOLE, _PREPARE = 0, 1, 2
 
 
 class _Plan:
@@ -120,7 +122,7 @@ class _Plan:
     place), the others every call."""
 
     __slots__ = ("cols", "watched", "specs", "layouts", "block", "address", "bound", "value", "views", "high",
-                 "priority", "c_pow", "free")
+                 "priority", "c_pow", "free", "at")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
@@ -129,6 +131,7 @@ class _Plan:
         self.layouts: dict = {}
         self.views: dict = {}
         self.bound: dict = {}
+        self.at: dict = {}  # the addresses the block holds for the bound objects, as ints (read warm)
         self.value = None
         self.c_pow = False  # rb_extend_prepare may finish the transform (see bind_sampler)
         self.free: dict = {}  # n -> slot tensors made ahead (``slots``)
@@ -158,11 +161,10 @@ class _Plan:
         return native.moved(self.watched)
 
     def layout(self, n: int) -> list:
-        """``[(table slot, key, dtype, shape)]``: the batch's columns for ``n`` rows."""
+        """``[(key, dtype, shape)]``: the batch's columns for ``n`` rows, in the table's order."""
         if len(self.layouts) >= 8:
             self.layouts.clear()
-        layout = self.layouts[n] = [(_FIELDS + 4 * c, key, dtype, torch.Size((n, *shape)))
-                                    for c, (key, dtype, shape) in enumerate(self.specs)]
+        layout = self.layouts[n] = [(key, dtype, torch.Size((n, *shape))) for key, dtype, shape in self.specs]
         return layout
 
     def values(self, n: int) -> torch.Tensor:
@@ -181,7 +183,7 @@ class _Plan:
         """Whether the writer's generation column can be written natively (then its address is set)."""
         if not (generation.is_cpu and generation.is_contiguous() and generation.dtype == torch.int64):
             return False
-        self.block[_GENERATION] = generation.data_ptr()
+        self.block[_GENERATION] = self.at["generation"] = generation.data_ptr()
         self.bound["generation"] = generation
         return True
 
@@ -193,7 +195,8 @@ class _Plan:
                    for t in (sum_nodes, min_nodes, high)):
             return False
         block = self.block
-        block[_SUM], block[_MIN], block[_MAX] = sum_nodes.data_ptr(), min_nodes.data_ptr(), high.data_ptr()
+        block[_SUM], block[_MIN], block[_MAX] = at = sum_nodes.data_ptr(), min_nodes.data_ptr(), high.data_ptr()
+        self.at["trees"] = at
         block[_SIZE] = sampler.sum_tree.size
         block[_EPS], block[_ALPHA] = _bits(sampler.eps), _bits(sampler.alpha)
         if self.value is None:
@@ -221,13 +224,13 @@ class _Plan:
         return made.pop()
 
     def priority_column(self, key) -> tuple | None:
-        """``(table slot, is_float32)`` of the priority column ``key`` among the storage's
+        """``(position, is_float32)`` of the priority column ``key`` among the storage's
         columns (float32 or float64), else None."""
         if self.priority[0] != key or key is None:
             found = None
             for c, (name, dtype, shape) in enumerate(self.specs):
                 if name == key and shape == () and dtype in (torch.float32, torch.float64):
-                    found = (_FIELDS + 4 * c, dtype == torch.float32)
+                    found = (c, dtype == torch.float32)
             self.priority = (key, found)
         return self.priority[1]
 
@@ -283,10 +286,10 @@ def try_extend(buffer, data) -> torch.Tensor | None:
     read the plan's one block; the write count is read, then moved)."""
     if type(data) is not TensorDict or not ENABLED:
         return None
-    lib = native._state.get("lib") or native.lib()
+    calls = native._state.get("calls") or native.calls()
     storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
     prioritized = type(sampler) is PrioritizedSampler
-    if lib is None or (prioritized and sampler.backend == "triton" and interpreting()):
+    if calls is None or (prioritized and sampler.backend == "triton" and interpreting()):
         return _try_extend_torch(buffer, data)
     if type(storage) is not DeviceStorage or type(writer) is not DeviceWriter or storage.data is None \
             or not (prioritized or type(sampler) is RandomSampler):
@@ -305,46 +308,47 @@ def try_extend(buffer, data) -> torch.Tensor | None:
         return _try_extend_torch(buffer, data)
     if len(source) != len(plan.specs):
         return None
-    return _write(buffer, data, plan, lib, source, n, capacity, prioritized)
+    return _write(buffer, data, plan, calls, source, n, capacity, prioritized)
 
 
-def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
+def _write(buffer, data, plan: _Plan, calls, source: dict, n: int, capacity: int,
            prioritized: bool) -> torch.Tensor | None:
     """``try_extend`` from the layout check on (under the storage's ``extend_lock``)."""
     storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
     bound, block = plan.bound, plan.block
-    for slot, name, dtype, shape in plan.layouts.get(n) or plan.layout(n):
+    sources = []  # the columns' addresses, in the block's order
+    for name, dtype, shape in plan.layouts.get(n) or plan.layout(n):
         value = source.get(name)
         if type(value) is not torch.Tensor or value.dtype is not dtype or value.shape != shape \
                 or not value.is_cpu:
             return None  # another layout: the full path (raises the reference's error)
         if not value.is_contiguous():
             return _try_extend_torch(buffer, data)
-        block[slot] = value.data_ptr()
+        sources.append(value.data_ptr())
     # the addresses the block keeps, checked after the sources' (data_ptr is warm by now)
     if plan.moved():  # the rows' memory moved in place: a new plan, then this extend again
         storage._extend_plan = _Plan(storage)
         return try_extend(buffer, data)
     generation = writer.generation
-    if (generation is not bound.get("generation") or generation.data_ptr() != block[_GENERATION]) \
+    if (generation is not bound.get("generation") or generation.data_ptr() != plan.at["generation"]) \
             and not plan.bind_generation(generation):
         return _try_extend_torch(buffer, data)
     free = plan.free.get(n)
     index = free.pop() if free else plan.slots(n)  # the slots returned, made ahead
     count, first = writer.write_count, writer.cursor
-    block[_FIRST], block[_N], block[_COUNT], block[_INDEX] = first, n, count, index.data_ptr()
     if prioritized:
         sum_tree, min_tree = sampler.sum_tree, sampler.min_tree
         if (sum_tree._nodes is not bound.get("sum") or min_tree._nodes is not bound.get("min")
                 or sampler._max_priority is not bound.get("max") or sampler.eps != bound.get("eps")
-                or sampler.alpha != bound.get("alpha") or sum_tree._nodes.data_ptr() != block[_SUM]
-                or min_tree._nodes.data_ptr() != block[_MIN] or sampler._max_priority.data_ptr() != block[_MAX]) \
+                or sampler.alpha != bound.get("alpha")
+                or (sum_tree._nodes.data_ptr(), min_tree._nodes.data_ptr(), sampler._max_priority.data_ptr())
+                != plan.at["trees"]) \
                 and not plan.bind_sampler(sampler):  # another object, or its memory moved: bound again
             return _try_extend_torch(buffer, data)
         key = buffer.priority_key
         column = plan.priority_column(key)
         if column is not None:
-            block[_PRIORITY], block[_IS_FLOAT32] = block[column[0]], column[1]
+            block[_PRIORITY], block[_IS_FLOAT32] = sources[column[0]], column[1]
         elif key is not None and key in data.keys(include_nested=True):
             return None  # a priority the storage does not hold as a float column: the full path
         else:
@@ -353,25 +357,27 @@ def _write(buffer, data, plan: _Plan, lib, source: dict, n: int, capacity: int,
             block[_DO_POW] = 1
             if n > len(plan.value):
                 plan.values(n)
-            if lib.rb_extend_whole(plan.address):  # rb_extend_prepare then rb_extend, one call
+            # rb_extend_prepare then rb_extend, one call
+            if calls.extend(plan.address, _WHOLE, first, n, count, index.data_ptr(), *sources):
                 return None  # a bad priority or an overflow: nothing changed, the full path raises
         else:
             block[_DO_POW] = 0
             values = plan.views.get(n)
             if values is None:
                 values = plan.values(n)
-            if not lib.rb_extend_prepare(plan.address):
+            if not calls.extend(plan.address, _PREPARE, first, n, count, index.data_ptr(), *sources):
                 return None  # a bad priority: nothing changed, the full path raises
             values.pow_(sampler.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
-            if lib.rb_extend(plan.address):
+            if calls.extend(plan.address, _EXTEND, first, n, count, index.data_ptr(), *sources):
                 return None  # a transform overflowed (nothing written): the full path raises
         sum_tree._stale = sum_tree._stale or sum_tree.has_shadow  # mark_stale(), inlined
         min_tree._stale = min_tree._stale or min_tree.has_shadow
     else:
-        block[_SUM] = 0  # no trees: rb_extend writes rows, generations and slots only
-        bound.pop("sum", None)
-        if lib.rb_extend(plan.address):  # pragma: no cover - the arguments were checked above
-            return None
+        if "sum" in bound:  # trees bound before (another sampler): none now
+            block[_SUM] = 0  # no trees: rb_extend writes rows, generations and slots only
+            del bound["sum"]
+        if calls.extend(plan.address, _EXTEND, first, n, count, index.data_ptr(), *sources):
+            return None  # pragma: no cover - the arguments were checked above
     if storage.size < capacity:
         storage.size = max(storage.size, min(first + n, capacity))
     storage.version += 1

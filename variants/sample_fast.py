@@ -88,7 +88,7 @@ class _Outputs:
     that points at them (the columns' sources from the plan's table)."""
 
     __slots__ = ("base", "storage", "cdata", "alone", "address", "nbytes", "u", "leaf", "index", "weight",
-                 "generation", "rows", "args", "table")
+                 "generation", "rows", "args", "table", "args_at")
 
     def __init__(self, plan: _Plan, n: int, prioritized: bool):
         parts = [("u", torch.float64, (n,)), ("index", torch.long, (n,)), ("generation", torch.long, (n,))]
@@ -113,6 +113,7 @@ class _Outputs:
         k = len(self.rows)
         self.table = (ctypes.c_int64 * (4 * k))(*plan.sources, *(r.data_ptr() for r in self.rows))
         a = self.args = native.SampleArgs()
+        self.args_at = ctypes.addressof(a)  # the block's address, for native.calls().sample
         a.n_cols, a.cols, a.n, a.u = k, ctypes.addressof(self.table), n, self.u.data_ptr()
         a.index, a.generation, a.capacity = self.index.data_ptr(), self.generation.data_ptr(), plan.capacity
         a.threads = 1
@@ -215,8 +216,8 @@ def try_sample(buffer, batch_size) -> tuple | None:
     if type(storage) is not DeviceStorage or type(writer) is not DeviceWriter or storage.data is None \
             or storage.size < 1 or not (prioritized or type(sampler) is RandomSampler):
         return None
-    lib = native._state.get("lib") or native.lib()
-    if lib is None:
+    calls = native._state.get("calls") or native.calls()
+    if calls is None:
         return None
     plan = storage.__dict__.get("_sample_plan")
     if plan is None or plan.cols is not storage._cols:  # columns replaced
@@ -256,14 +257,14 @@ def try_sample(buffer, batch_size) -> tuple | None:
         args.threads = torch.get_num_threads() if batch_size >= THREADED else 1
         exponent = -sampler.beta
         args.do_pow = torch_pow.in_c(batch_size, exponent)
-        lib.rb_sample_descend(ctypes.byref(args))
+        calls.sample(out.args_at, 0)  # rb_sample_descend
         if args.do_pow:  # (n * p) ** -beta in rb_sample_rows, as torch's pow computes it
             args.exponent, args.vector_pow = exponent, torch_pow.vector_pow() or None
         else:
             out.leaf.pow_(exponent)  # torch's pow, the reference's bits
     else:
         args.nodes = None
-    code = lib.rb_sample_rows(ctypes.byref(args))
+    code = calls.sample(out.args_at, 1)  # rb_sample_rows
     if code > 0:  # pragma: no cover - the slots come from the trees or the uniforms, all in range
         raise ValueError(f"index={int(index[code - 1])}, but should be in [0, {plan.capacity})")
     tree: dict = {}

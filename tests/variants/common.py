@@ -41,3 +41,12 @@ def cpu(state):
     if isinstance(state, list):
         return [cpu(v) for v in state]
     return state
+
+
+def use_library(monkeypatch, library) -> None:
+    """Route every native call through ``library`` (a test's stand-in wrapping the real
+    one): the ctypes handle and the hot calls alike (``native.CtypesCalls`` over it)."""
+    from rbcheck.variants import native
+
+    monkeypatch.setitem(native._state, "lib", library)
+    monkeypatch.setitem(native._state, "calls", native.CtypesCalls(library))

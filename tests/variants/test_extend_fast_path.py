@@ -24,6 +24,7 @@ from tensordict import TensorDict
 from rbcheck import reference, variants
 from rbcheck.variants import extend_fast, native
 from rbcheck.variants.native import torch_pow
+from tests.variants.common import use_library
 from tests.variants.test_differential import assert_state_equal
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason="rbcheck.variants.native does not load: "
@@ -301,7 +302,7 @@ def test_the_comparison_catches_a_native_extend_that_drops_a_generation(sampler,
     ref, fast, slow = three(8, sampler)
     extend_all(ref, fast, slow, flat_rows(3, 0, [1.0, 2.0, 3.0]), monkeypatch)
     ref.extend(flat_rows(4, 3, [1.0] * 4))
-    monkeypatch.setitem(native._state, "lib", _BrokenExtend(native.lib()))
+    use_library(monkeypatch, _BrokenExtend(native.lib()))
     calls = []
     real = native._state["lib"].rb_extend
     monkeypatch.setattr(native._state["lib"], "rb_extend", lambda *a: calls.append(a) or real(*a),
@@ -480,7 +481,7 @@ class _OneUlpOff:
 def test_a_c_transform_that_differs_from_torchs_is_caught(monkeypatch):
     """Control: were the C transform one ulp off torch's, the comparison with the
     reference fails (and with torch's pow kept, it passes)."""
-    monkeypatch.setitem(native._state, "lib", _OneUlpOff(native.lib()))
+    use_library(monkeypatch, _OneUlpOff(native.lib()))
     ref, fast, _ = three(4, "prioritized")
     monkeypatch.setattr(torch_pow, "agrees", lambda exponent: False)
     for buf in (ref, fast):
@@ -553,7 +554,7 @@ def test_two_extends_that_would_interleave_take_turns(path, sampler, monkeypatch
         return lambda *args: (meet(), real(*args))[1]
 
     monkeypatch.setattr(extend_fast._Plan, "__init__", meeting(extend_fast._Plan.__init__))
-    monkeypatch.setitem(native._state, "lib", _MeetingExtend(native.lib(), meet))
+    use_library(monkeypatch, _MeetingExtend(native.lib(), meet))
     monkeypatch.setattr(extend_fast, "ring_slices", meeting(extend_fast.ring_slices))
     monkeypatch.setattr(fast.writer, "next_indices", meeting(fast.writer.next_indices))
     monkeypatch.setattr(extend_fast, "ENABLED", path != "full")

@@ -23,6 +23,7 @@ from tensordict import TensorDict
 from rbcheck import reference, variants
 from rbcheck.variants import native, sample_fast
 from rbcheck.variants.native import torch_pow
+from tests.variants.common import use_library
 from tests.variants.test_differential import assert_state_equal
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason="rbcheck.variants.native does not load: "
@@ -165,12 +166,12 @@ class _RowsSpy:
     def __getattr__(self, name):
         return getattr(self._lib, name)
 
-    def rb_sample_rows(self, ref):
-        args = ref._obj
+    def rb_sample_rows(self, address):
+        args = native.SampleArgs.from_address(address)
         self.pows.append(bool(args.do_pow))
         if self.off and args.do_pow:
             args.exponent *= 1.01
-        return self._lib.rb_sample_rows(ref)
+        return self._lib.rb_sample_rows(address)
 
 
 @pytest.mark.parametrize("beta", [0.4, 0.7, 0.123])
@@ -186,11 +187,11 @@ def test_the_weights_pow_in_c_is_the_references(beta, monkeypatch):
     for buf in bufs:
         buf.extend(data.clone())
     spy = _RowsSpy(native.lib())
-    monkeypatch.setitem(native._state, "lib", spy)
+    use_library(monkeypatch, spy)
     for n in (4099, 9, 1):
         sample_all(bufs, n, monkeypatch, f"{n} draws")
     assert spy.pows and all(spy.pows)
-    monkeypatch.setitem(native._state, "lib", _RowsSpy(spy._lib, off=True))
+    use_library(monkeypatch, _RowsSpy(spy._lib, off=True))
     with pytest.raises(AssertionError, match="weight"):
         sample_all(bufs, 4099, monkeypatch, "mutant")
 

@@ -1,0 +1,160 @@
+"""The hot native calls: ``calls.c``'s extension module, and ``native.CtypesCalls`` where
+Python's headers are missing. Both make the same calls with the same results (here: a
+program of extends, samples and updates on three buffers, the reference's state and
+samples bit for bit after every step), the module is the one the fast paths take, and
+a library built without the headers (or with ``RBCHECK_NATIVE_CALLS=0``) still works.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import types
+
+import pytest
+import torch
+
+from rbcheck.variants import extend_fast, native
+from tests.variants.test_extend_fast_path import assert_same, flat_rows, three
+from tests.variants.test_sample_fast_path import assert_same_sample
+
+pytestmark = pytest.mark.skipif(native.lib() is None, reason="rbcheck.variants.native does not load")
+
+
+def test_the_module_makes_the_calls_where_pythons_headers_are():
+    calls = native.calls()
+    if native.python_include() is None:
+        assert isinstance(calls, native.CtypesCalls)
+        assert "Python.h" in native.calls_reason()
+    else:
+        assert native.calls_reason() is None, native.calls_reason()
+        assert isinstance(calls, types.ModuleType) and calls.abi_version == native.ABI_VERSION
+
+
+class _Counting:
+    """A stand-in for the calls, counting each by name, then making it."""
+
+    def __init__(self, calls):
+        self._calls, self.seen = calls, []
+
+    def __getattr__(self, name):
+        real = getattr(self._calls, name)
+        return lambda *args: (self.seen.append(name), real(*args))[1]
+
+
+def test_the_fast_paths_make_their_calls_through_native_calls(monkeypatch):
+    """The calls are live: an extend, a sample and an update of a prioritized buffer go
+    through ``native.calls()`` (whichever it is), and their results are the reference's."""
+    spy = _Counting(native.calls())
+    monkeypatch.setitem(native._state, "calls", spy)
+    ref, fast, _ = three(64, "prioritized")
+    for buf in (ref, fast):
+        buf.extend(flat_rows(5, 0, [1.0, 2.0, 0.5, 3.0, 4.0]))  # allocates: the full path
+        buf.extend(flat_rows(3, 5, [1.0, 2.0, 0.5]))
+    assert spy.seen == ["extend"]
+    assert_same_sample(fast.sample(6), ref.sample(6), "sample")
+    assert spy.seen == ["extend", "sample", "sample"]
+    for buf in (ref, fast):
+        buf.update_priority(torch.tensor([1, 6]), torch.tensor([0.25, 7.0]))
+    assert spy.seen[3:] == ["prepare_update", "finish_update"]
+    assert_same(ref, fast)
+
+
+def _program(ref, fast, other, monkeypatch, calls_of_other):
+    """Extends (1 to 3000 rows: the GIL kept and released), samples and updates, the same on
+    the three; after each step the state and the sample are the reference's."""
+    gen = torch.Generator().manual_seed(5)
+    start = 0
+    for n in (1, 7, 300, 2999, 1, 1500):
+        data = flat_rows(n, start, torch.rand(n, generator=gen) * 4)
+        start += n
+        want = ref.extend(data.clone())
+        assert torch.equal(fast.extend(data.clone()), want)
+        with monkeypatch.context() as m:
+            m.setitem(native._state, "calls", calls_of_other)
+            assert torch.equal(other.extend(data.clone()), want)
+        assert_same(ref, fast, other)
+        for k in (3, 1200):
+            expected = ref.sample(k)
+            assert_same_sample(fast.sample(k), expected, f"sample {k}")
+            with monkeypatch.context() as m:
+                m.setitem(native._state, "calls", calls_of_other)
+                assert_same_sample(other.sample(k), expected, f"sample {k} (other calls)")
+        if ref.sampler.__class__.__name__ == "PrioritizedSampler":
+            index = torch.randint(0, len(ref), (1100,), generator=gen)
+            value = torch.rand(1100, generator=gen, dtype=torch.float64) * 3
+            for buf in (ref, fast):
+                buf.update_priority(index, value)
+            with monkeypatch.context() as m:
+                m.setitem(native._state, "calls", calls_of_other)
+                other.update_priority(index, value)
+            assert_same(ref, fast, other)
+
+
+@pytest.mark.parametrize("sampler", ["random", "prioritized"])
+def test_the_module_and_ctypes_give_the_references_state(sampler, monkeypatch):
+    ref, fast, other = three(4096, sampler)
+    _program(ref, fast, other, monkeypatch, native.CtypesCalls(native.lib()))
+
+
+class _OffByOneFirst(native.CtypesCalls):
+    """Mutant: an extend that writes its rows one slot further on."""
+
+    def extend(self, block, mode, first, *rest):
+        return super().extend(block, mode, (first + 1) % ctypes.c_int64.from_address(block + 16).value, *rest)
+
+
+def test_the_comparison_catches_calls_that_write_elsewhere(monkeypatch):
+    ref, fast, other = three(4096, "random")
+    with pytest.raises(AssertionError):
+        _program(ref, fast, other, monkeypatch, _OffByOneFirst(native.lib()))
+
+
+def test_a_call_with_the_wrong_arguments_raises_and_writes_nothing():
+    ref, fast, _ = three(16, "random")
+    for buf in (ref, fast):
+        buf.extend(flat_rows(4, 0))
+        buf.extend(flat_rows(2, 4))
+    plan = fast.storage._extend_plan
+    index = torch.empty(1, dtype=torch.int64)
+    for calls in {type(native.calls()): native.calls(), native.CtypesCalls: native.CtypesCalls(native.lib())}.values():
+        with pytest.raises(TypeError, match="sources=2, but should be the block's 3 columns"):
+            calls.extend(plan.address, extend_fast._EXTEND, 6, 1, 6, index.data_ptr(), 0, 0)
+        with pytest.raises(TypeError):
+            calls.extend(plan.address, "0", 6, 1, 6, index.data_ptr(), 0, 0, 0)
+    assert_same(ref, fast)
+
+
+@pytest.fixture(scope="module")
+def own_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("native-cache")
+
+
+@pytest.mark.parametrize("why", ["no headers", "switched off"])
+def test_without_the_module_the_library_still_works(why, own_cache, monkeypatch):
+    """No ``Python.h`` (or ``RBCHECK_NATIVE_CALLS=0``): the library is built from tree.c
+    alone, the calls go through ctypes, the reason is reported, the results are the
+    reference's."""
+    monkeypatch.setenv("RBCHECK_NATIVE_CACHE", str(own_cache))
+    if why == "no headers":
+        monkeypatch.setattr(native, "python_include", lambda: None)
+    else:
+        monkeypatch.setenv("RBCHECK_NATIVE_CALLS", "0")
+    saved = dict(native._state)
+    native.reset()
+    try:
+        assert native.lib() is not None, native.unavailable_reason()
+        assert isinstance(native.calls(), native.CtypesCalls)
+        assert native.calls_reason() == ("Python's C headers (Python.h) are not installed" if why == "no headers"
+                                         else "RBCHECK_NATIVE_CALLS=0")
+        assert [p.name for p in own_cache.iterdir() if p.name.endswith(".so")] \
+            and not any(p.name.endswith(".so") and "cpython" in p.name for p in own_cache.iterdir())
+        ref, fast, _ = three(64, "prioritized")
+        for buf in (ref, fast):
+            buf.extend(flat_rows(5, 0, [1.0, 2.0, 0.5, 3.0, 4.0]))
+            buf.extend(flat_rows(3, 5, [1.0, 2.0, 0.5]))
+            buf.update_priority(torch.tensor([1, 6]), torch.tensor([0.25, 7.0]))
+        assert_same(ref, fast)
+        assert_same_sample(fast.sample(6), ref.sample(6), "sample")
+    finally:
+        native._state.clear()
+        native._state.update(saved)

@@ -1062,6 +1062,16 @@ def ratios(results: list[dict], peers: list[Peer], bench_kinds) -> list[dict]:
     return out
 
 
+def _native_calls() -> str:
+    """How rbcheck's fast paths called C in this run (``native.calls()``), for the report."""
+    from rbcheck.variants import native
+
+    if native.lib() is None:
+        return f"none, the torch paths ({native.unavailable_reason()})"
+    why = native.calls_reason()
+    return "the calls.c extension module" if why is None else f"ctypes ({why})"
+
+
 def _git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -1114,7 +1124,7 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
                     "torch_threads": torch.get_num_threads()},
         "sizes": {"capacity": capacity, "widths": list(widths), "batch": batch, "extend": list(extend_sizes),
                   "reps": reps, "budget_s": budget_s, "runs": runs},
-        "rbcheck": {"version": base.version(), "variant": "device (CPU)"},
+        "rbcheck": {"version": base.version(), "variant": "device (CPU)", "native_calls": _native_calls()},
         "peers": status,
         "checks_passed": checks,
         "ratios": ratios(results, usable, lambda n, op: kind_of(n, op)),
@@ -1252,7 +1262,7 @@ def render(report: dict) -> str:
         f"before timing ({report['checks_passed']} checks passed). Commit {report['commit']}; "
         f"{machine['cores']} cores, load average {machine['load_average'][0]} to "
         f"{machine['load_average'][1]}, torch {machine['torch']} with {machine['torch_threads']} "
-        "thread(s).",
+        f"thread(s); rbcheck's native calls: {report['rbcheck'].get('native_calls', 'not recorded')}.",
         "",
         *[line for m in report.get("remeasured", []) for line in (
             f"{', '.join(label(op) for op in m['ops'])}: re-measured on {m['date']} at commit {m['commit']} "

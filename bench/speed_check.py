@@ -153,6 +153,7 @@ def main(argv=None) -> dict:
     print(f"native path: {'on' if native.available() else 'OFF: ' + str(native.unavailable_reason())}")
     if native.available():
         print(f"native descent: {'AVX2' if native.vector_descent(not args.scalar) else 'scalar'}")
+        print(f"native calls: {native.calls_reason() and 'ctypes (' + native.calls_reason() + ')' or 'calls.c module'}")
     kinds = ["reference", "device"] + (["triton"] if not cpu else [])
     buffers = {k: build(k, cap, "cpu" if k == "reference" else device) for k in kinds}
     for buffer in buffers.values():

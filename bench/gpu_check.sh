@@ -18,7 +18,8 @@
 #   4. python -m bench.gpu_bench (2^24 and 2^20; JSON and markdown);
 #   5. pytest rbcheck/conformance --impl triton --rbcheck-device cuda (ci profile).
 # Budgets (seconds) add up to about 6 minutes: override with GPU_CHECK_BUDGETS
-# ("setup tests bench conformance", default "60 90 150 80").
+# ("setup tests bench conformance", default "60 90 150 80"; a budget of - for the
+# bench skips it).
 set -u
 cd "$(dirname "$0")/.."
 WHEELS="tensordict==0.14.3 orjson pyvers importlib_metadata zipp lazy-importer"
@@ -93,14 +94,20 @@ PYEOF
     fi
     "$PY" -c "import rbcheck.variants.triton_tree as t, tensordict; \
 print('rbcheck imports; triton kernels:', t.UNAVAILABLE or 'available'); print('tensordict', tensordict.__version__)"
+    "$PY" -c "from rbcheck.variants import native; \
+print('native library:', native.unavailable_reason() or 'loaded', '; its calls:', native.calls_reason() or 'calls.c module')"
 }
 
 export PYTHONPATH="/tmp/gpu_check_shim${PYTHONPATH:+:$PYTHONPATH}:/tmp/gpu_check_site"  # the machine's own packages first
 export -f setup
 step setup "$B_SETUP" bash -c setup
 step tests "$B_TESTS" "$PY" -m pytest tests/variants/test_triton.py tests/variants/test_cuda.py \
-    tests/variants/test_overflow.py -q -p no:cacheprovider -rfEs
-step bench "$B_BENCH" "$PY" -m bench.gpu_bench --out "$OUT" --budget $((B_BENCH * 2 / 3))
+    tests/variants/test_overflow.py tests/variants/test_native_calls.py -q -p no:cacheprovider -rfEs
+if [ "$B_BENCH" = "-" ]; then
+    ROWS+=("| bench | skipped (budget -) | 0 s |")
+else
+    step bench "$B_BENCH" "$PY" -m bench.gpu_bench --out "$OUT" --budget $((B_BENCH * 2 / 3))
+fi
 step conformance "$B_CONF" "$PY" -m pytest rbcheck/conformance --impl triton --rbcheck-device cuda \
     --rbcheck-profile ci -q -p no:cacheprovider -rfE --maxfail=10
 

@@ -50,12 +50,15 @@ def test_the_fast_paths_make_their_calls_through_native_calls(monkeypatch):
     for buf in (ref, fast):
         buf.extend(flat_rows(5, 0, [1.0, 2.0, 0.5, 3.0, 4.0]))  # allocates: the full path
         buf.extend(flat_rows(3, 5, [1.0, 2.0, 0.5]))
-    assert spy.seen == ["extend"]
+    # one call with the transform in C, else prepare, torch's pow, extend (a CPU without a known vector pow)
+    assert spy.seen == (["extend"] if fast.storage._extend_plan.c_pow else ["extend", "extend"])
+    spy.seen.clear()
     assert_same_sample(fast.sample(6), ref.sample(6), "sample")
-    assert spy.seen == ["extend", "sample", "sample"]
+    assert spy.seen == ["sample", "sample"]
+    spy.seen.clear()
     for buf in (ref, fast):
         buf.update_priority(torch.tensor([1, 6]), torch.tensor([0.25, 7.0]))
-    assert spy.seen[3:] == ["prepare_update", "finish_update"]
+    assert spy.seen == ["prepare_update", "finish_update"]
     assert_same(ref, fast)
 
 

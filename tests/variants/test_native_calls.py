@@ -132,23 +132,31 @@ def own_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("native-cache")
 
 
-@pytest.mark.parametrize("why", ["no headers", "switched off"])
-def test_without_the_module_the_library_still_works(why, own_cache, monkeypatch):
-    """No ``Python.h`` (or ``RBCHECK_NATIVE_CALLS=0``): the library is built from tree.c
-    alone, the calls go through ctypes, the reason is reported, the results are the
-    reference's."""
+REASONS = {"no headers": "Python's C headers (Python.h) are not installed",
+           "switched off": "RBCHECK_NATIVE_CALLS=0",
+           "a failed build": "calls.c not built or not loaded: "}
+
+
+@pytest.mark.parametrize("why", list(REASONS))
+def test_without_the_module_the_library_still_works(why, own_cache, monkeypatch, tmp_path):
+    """No ``Python.h``, ``RBCHECK_NATIVE_CALLS=0``, or a calls.c that does not compile:
+    the library is built from tree.c alone, the calls go through ctypes, the reason is
+    reported, the results are the reference's."""
     monkeypatch.setenv("RBCHECK_NATIVE_CACHE", str(own_cache))
     if why == "no headers":
         monkeypatch.setattr(native, "python_include", lambda: None)
-    else:
+    elif why == "switched off":
         monkeypatch.setenv("RBCHECK_NATIVE_CALLS", "0")
+    else:
+        broken = tmp_path / "calls.c"
+        broken.write_text("#include <Python.h>\nthis is not C;\n")
+        monkeypatch.setattr(native, "CALLS", broken)
     saved = dict(native._state)
     native.reset()
     try:
         assert native.lib() is not None, native.unavailable_reason()
         assert isinstance(native.calls(), native.CtypesCalls)
-        assert native.calls_reason() == ("Python's C headers (Python.h) are not installed" if why == "no headers"
-                                         else "RBCHECK_NATIVE_CALLS=0")
+        assert native.calls_reason().startswith(REASONS[why]), native.calls_reason()
         assert [p.name for p in own_cache.iterdir() if p.name.endswith(".so")] \
             and not any(p.name.endswith(".so") and "cpython" in p.name for p in own_cache.iterdir())
         ref, fast, _ = three(64, "prioritized")

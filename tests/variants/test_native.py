@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
 import time
 import warnings
@@ -519,6 +520,17 @@ def test_fallback_is_reported_and_gives_the_same_results(fresh_native, how, reas
     assert reason in native.unavailable_reason()
     assert not native.available()
     run_small_program()
+
+
+def test_with_a_c_compiler_the_library_loads():
+    """Where a compiler is found the native path must load: a source that stopped
+    compiling would otherwise turn it off and skip its tests, and the suite would pass
+    on the torch path alone."""
+    if native._compiler() is None:
+        pytest.skip("no C compiler here: the torch path is the one under test")
+    if os.environ.get("RBCHECK_NATIVE", "1").strip() in ("0", "false", "no", "off"):
+        pytest.skip("RBCHECK_NATIVE=0 in this environment")
+    assert native.lib() is not None, native.unavailable_reason()
 
 
 @needs_native

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.skipif(native.lib() is None, reason="rbcheck.variants.n
 
 def test_the_module_makes_the_calls_where_pythons_headers_are():
     calls = native.calls()
-    if native.python_include() is None:
+    if native.calls_reason() == "RBCHECK_NATIVE_CALLS=0":
+        assert isinstance(calls, native.CtypesCalls)
+    elif native.python_include() is None:
         assert isinstance(calls, native.CtypesCalls)
         assert "Python.h" in native.calls_reason()
     else:
@@ -112,7 +114,7 @@ def test_the_comparison_catches_calls_that_write_elsewhere(monkeypatch):
         _program(ref, fast, other, monkeypatch, _OffByOneFirst(native.lib()))
 
 
-def test_a_call_with_the_wrong_arguments_raises_and_writes_nothing():
+def test_a_call_with_the_wrong_arguments_raises_and_leaves_the_buffer_unchanged():
     ref, fast, _ = three(16, "random")
     for buf in (ref, fast):
         buf.extend(flat_rows(4, 0))
@@ -124,6 +126,9 @@ def test_a_call_with_the_wrong_arguments_raises_and_writes_nothing():
             calls.extend(plan.address, extend_fast._EXTEND, 6, 1, 6, index.data_ptr(), 0, 0)
         with pytest.raises(TypeError):
             calls.extend(plan.address, "0", 6, 1, 6, index.data_ptr(), 0, 0, 0)
+        for mode in (-1, 3):
+            with pytest.raises(ValueError, match=f"mode={mode}, but should be 0, 1 or 2"):
+                calls.extend(plan.address, mode, 6, 1, 6, index.data_ptr(), 0, 0, 0)
     assert_same(ref, fast)
 
 
@@ -148,6 +153,8 @@ def test_without_the_module_the_library_still_works(why, own_cache, monkeypatch,
     elif why == "switched off":
         monkeypatch.setenv("RBCHECK_NATIVE_CALLS", "0")
     else:
+        if native.python_include() is None:
+            pytest.skip("Python's C headers are not installed here: calls.c is never compiled")
         broken = tmp_path / "calls.c"
         broken.write_text("#include <Python.h>\nthis is not C;\n")
         monkeypatch.setattr(native, "CALLS", broken)

@@ -238,11 +238,12 @@ def lib() -> ctypes.CDLL | None:
         pass
     try:
         built, module, why = _build()
-        _state["lib"], _state["reason"], _state["calls_reason"] = built, None, why
-        _state["calls"] = module if module is not None else CtypesCalls(built)
+        # one update (atomic under the GIL): another thread sees all four keys or none
+        _state.update({"reason": None, "calls_reason": why,
+                       "calls": module if module is not None else CtypesCalls(built), "lib": built})
     except Exception as err:  # noqa: BLE001 - any failure means: torch path, reason reported
         reason = str(err) if isinstance(err, RuntimeError) else f"{type(err).__name__}: {err}"
-        _state["lib"], _state["reason"], _state["calls"], _state["calls_reason"] = None, reason, None, reason
+        _state.update({"reason": reason, "calls": None, "calls_reason": reason, "lib": None})
         warnings.warn(f"rbcheck native tree path unavailable, using the torch path: {reason}",
                       RuntimeWarning, stacklevel=2)
     return _state["lib"]

@@ -46,12 +46,17 @@ static int rb_ints(PyObject *const *args, Py_ssize_t n, int64_t *out)
 /* extend(block, mode, first, n, write_count, index_out, *sources): sets those
  * fields of the rb_extend_args at block and each column's source address,
  * then mode 0: rb_extend, 1: rb_extend_whole, 2: rb_extend_prepare; returns
- * the function's code. */
+ * the function's code. A mode outside 0..2 or another number of sources
+ * raises before anything is written. */
 static PyObject *py_extend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t v[6];
     if (nargs < 6 || !rb_ints(args, 6, v)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "extend(block, mode, first, n, write_count, index_out, *sources)");
+        return NULL;
+    }
+    if (v[1] < 0 || v[1] > 2) {
+        PyErr_Format(PyExc_ValueError, "mode=%lld, but should be 0, 1 or 2", (long long)v[1]);
         return NULL;
     }
     rb_extend_args *x = (rb_extend_args *)(intptr_t)v[0];

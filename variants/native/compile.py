@@ -18,7 +18,9 @@ SOURCE = Path(__file__).with_name("tree.c")
 CALLS = SOURCE.with_name("calls.c")
 #: Every file of the build: tree.c includes pow.c, tree_update.c and sample.c (one translation unit).
 SOURCES = (SOURCE, SOURCE.with_name("pow.c"), SOURCE.with_name("tree_update.c"), SOURCE.with_name("sample.c"))
-FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread")
+#: -Werror=implicit-function-declaration: what GCC 14 and clang 16 do by default, on every compiler
+FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99", "-pthread",
+         "-Werror=implicit-function-declaration")
 #: Libraries linked after the source (libm: ``pow``, see ``rb_extend_prepare``).
 LIBS = ("-lm",)
 

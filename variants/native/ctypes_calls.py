@@ -22,6 +22,10 @@ class CtypesCalls:
                *sources: int) -> int:
         """Set the per-call fields of the EXTEND_ARGS block at ``block`` and the columns'
         source addresses, then mode 0 ``rb_extend``, 1 ``rb_extend_whole``, 2 ``rb_extend_prepare``."""
+        if type(mode) is not int or not 0 <= mode <= 2:
+            if type(mode) is not int:
+                raise TypeError(f"mode={mode!r}, but should be an int")
+            raise ValueError(f"mode={mode}, but should be 0, 1 or 2")
         fields = (ctypes.c_int64 * 8).from_address(block)
         if len(sources) != fields[0]:
             raise TypeError(f"sources={len(sources)}, but should be the block's {fields[0]} columns")

@@ -296,6 +296,8 @@ int64_t rb_all_finite_nonneg(const double *x, int64_t n)
     return ok;
 }
 
+void rb_pow_like_torch(const double *x, double *out, int64_t n, double e, const void *vector_pow); /* pow.c */
+
 /* update_priority's checks, widening and first step of the transform in
  * one pass: 1 when every index[i] is in [0, capacity) and every priority
  * finite and >= 0; then out[i] = priority + eps (the priority widened to a
@@ -340,8 +342,6 @@ int64_t rb_finish_update(double *value, int64_t n, const double *high, double *m
     if (ok) *max_priority = *high;
     return ok;
 }
-
-void rb_pow_like_torch(const double *x, double *out, int64_t n, double e, const void *vector_pow); /* pow.c */
 
 /* The prioritized sampler's draw: mass = u[i] * total, then rb_find_prefix,
  * then out_base[i] = (leaf / total) * n_rows, the reference's "n * p" before

@@ -73,10 +73,14 @@ from tensordict import TensorDict
 
 from rbcheck.variants import native
 from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, ring_slices
+from rbcheck.variants.native import extend_args as A
 from rbcheck.variants.native import torch_pow
 from rbcheck.variants.prioritized import PrioritizedSampler
 from rbcheck.variants.random_sampler import RandomSampler
 from rbcheck.variants.vector_tree import interpreting
+
+# A.<FIELD>: a field's position in the argument block (native.EXTEND_ARGS); A.EXTEND, A.WHOLE,
+# A.PREPARE: the modes of native.calls().extend (native/extend_args.py, the one place for both).
 
 #: Set to False to turn the fast path off (the tests compare both paths).
 ENABLED = True
@@ -101,12 +105,6 @@ def _sources(storage: DeviceStorage, data) -> list | None:
     return out
 
 
-#: Fields of the argument block (``native.EXTEND_ARGS``; tree_update.c's rb_extend_args).
-(_N_COLS, _COLS, _CAPACITY, _FIRST, _N, _COUNT, _GENERATION, _INDEX, _SUM, _MIN, _SIZE, _VALUE, _SHADOW,
- _HIGH, _MAX, _PRIORITY, _IS_FLOAT32, _EPS, _DO_POW, _ALPHA, _VECTOR_POW) = range(21)
-_FIELDS = 21
-#: ``native.calls().extend``'s modes.
-_EXTEND, _WHOLE, _PREPARE = 0, 1, 2
 
 
 class _Plan:
@@ -142,14 +140,14 @@ class _Plan:
             return  # another device, nested keys or rows that are not contiguous: no native copies
         self.specs = [(key[0], column.dtype, column.shape[1:]) for key, column in self.cols]
         self.watched = native.watch([column for _, column in self.cols])
-        self.block = (ctypes.c_int64 * (_FIELDS + 4 * len(self.cols)))()
+        self.block = (ctypes.c_int64 * (A.FIELDS + 4 * len(self.cols)))()
         self.address = ctypes.addressof(self.block)
         for c, ((_, column), (stride, row_bytes)) in enumerate(zip(self.cols, layouts, strict=True)):
-            self.block[_FIELDS + 4 * c + 1:_FIELDS + 4 * c + 4] = [column.data_ptr(), stride, row_bytes]
-        self.block[_N_COLS], self.block[_COLS] = len(self.cols), self.address + 8 * _FIELDS
-        self.block[_CAPACITY], self.block[_SHADOW] = storage.capacity, 1
+            self.block[A.FIELDS + 4 * c + 1:A.FIELDS + 4 * c + 4] = [column.data_ptr(), stride, row_bytes]
+        self.block[A.N_COLS], self.block[A.COLS] = len(self.cols), self.address + 8 * A.FIELDS
+        self.block[A.CAPACITY], self.block[A.SHADOW] = storage.capacity, 1
         self.high = torch.empty(1, dtype=torch.float64)
-        self.block[_HIGH] = self.high.data_ptr()
+        self.block[A.HIGH] = self.high.data_ptr()
 
     def __reduce__(self):
         """A copy or a pickle of the storage carries no plan (its addresses are this
@@ -172,7 +170,7 @@ class _Plan:
         the largest n, its address in the block; a few views kept)."""
         if self.value is None or len(self.value) < n:
             self.value = torch.empty(max(n, 256), dtype=torch.float64)
-            self.block[_VALUE] = self.value.data_ptr()
+            self.block[A.VALUE] = self.value.data_ptr()
             self.views.clear()
         if len(self.views) >= 8:
             self.views.clear()
@@ -183,7 +181,7 @@ class _Plan:
         """Whether the writer's generation column can be written natively (then its address is set)."""
         if not (generation.is_cpu and generation.is_contiguous() and generation.dtype == torch.int64):
             return False
-        self.block[_GENERATION] = self.at["generation"] = generation.data_ptr()
+        self.block[A.GENERATION] = self.at["generation"] = generation.data_ptr()
         self.bound["generation"] = generation
         return True
 
@@ -195,14 +193,14 @@ class _Plan:
                    for t in (sum_nodes, min_nodes, high)):
             return False
         block = self.block
-        block[_SUM], block[_MIN], block[_MAX] = at = sum_nodes.data_ptr(), min_nodes.data_ptr(), high.data_ptr()
+        block[A.SUM], block[A.MIN], block[A.MAX] = at = sum_nodes.data_ptr(), min_nodes.data_ptr(), high.data_ptr()
         self.at["trees"] = at
-        block[_SIZE] = sampler.sum_tree.size
-        block[_EPS], block[_ALPHA] = _bits(sampler.eps), _bits(sampler.alpha)
+        block[A.SIZE] = sampler.sum_tree.size
+        block[A.EPS], block[A.ALPHA] = _bits(sampler.eps), _bits(sampler.alpha)
         if self.value is None:
             self.values(1)
         self.c_pow = torch_pow.agrees(sampler.alpha)
-        block[_VECTOR_POW] = torch_pow.vector_pow() or 0
+        block[A.VECTOR_POW] = torch_pow.vector_pow() or 0
         self.bound.update(sum=sum_nodes, min=min_nodes, max=high, eps=sampler.eps, alpha=sampler.alpha)
         return True
 
@@ -348,35 +346,35 @@ def _write(buffer, data, plan: _Plan, calls, source: dict, n: int, capacity: int
         key = buffer.priority_key
         column = plan.priority_column(key)
         if column is not None:
-            block[_PRIORITY], block[_IS_FLOAT32] = sources[column[0]], column[1]
+            block[A.PRIORITY], block[A.IS_FLOAT32] = sources[column[0]], column[1]
         elif key is not None and key in data.keys(include_nested=True):
             return None  # a priority the storage does not hold as a float column: the full path
         else:
-            block[_PRIORITY] = 0  # none: the max priority, as on_write
+            block[A.PRIORITY] = 0  # none: the max priority, as on_write
         if plan.c_pow and n < torch_pow.GRAIN:  # the transform in C, as torch's pow computes it
-            block[_DO_POW] = 1
+            block[A.DO_POW] = 1
             if n > len(plan.value):
                 plan.values(n)
             # rb_extend_prepare then rb_extend, one call
-            if calls.extend(plan.address, _WHOLE, first, n, count, index.data_ptr(), *sources):
+            if calls.extend(plan.address, A.WHOLE, first, n, count, index.data_ptr(), *sources):
                 return None  # a bad priority or an overflow: nothing changed, the full path raises
         else:
-            block[_DO_POW] = 0
+            block[A.DO_POW] = 0
             values = plan.views.get(n)
             if values is None:
                 values = plan.values(n)
-            if not calls.extend(plan.address, _PREPARE, first, n, count, index.data_ptr(), *sources):
+            if not calls.extend(plan.address, A.PREPARE, first, n, count, index.data_ptr(), *sources):
                 return None  # a bad priority: nothing changed, the full path raises
             values.pow_(sampler.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
-            if calls.extend(plan.address, _EXTEND, first, n, count, index.data_ptr(), *sources):
+            if calls.extend(plan.address, A.EXTEND, first, n, count, index.data_ptr(), *sources):
                 return None  # a transform overflowed (nothing written): the full path raises
         sum_tree._stale = sum_tree._stale or sum_tree.has_shadow  # mark_stale(), inlined
         min_tree._stale = min_tree._stale or min_tree.has_shadow
     else:
         if "sum" in bound:  # trees bound before (another sampler): none now
-            block[_SUM] = 0  # no trees: rb_extend writes rows, generations and slots only
+            block[A.SUM] = 0  # no trees: rb_extend writes rows, generations and slots only
             del bound["sum"]
-        if calls.extend(plan.address, _EXTEND, first, n, count, index.data_ptr(), *sources):
+        if calls.extend(plan.address, A.EXTEND, first, n, count, index.data_ptr(), *sources):
             return None  # pragma: no cover - the arguments were checked above
     if storage.size < capacity:
         storage.size = max(storage.size, min(first + n, capacity))

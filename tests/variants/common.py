@@ -7,6 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from rbcheck.harness.protocol import BufferSpec
+from rbcheck.variants import native
 
 #: The variants whose checkpoints must be the reference's, bit for bit.
 VARIANTS = ("device", "triton")
@@ -46,7 +47,5 @@ def cpu(state):
 def use_library(monkeypatch, library) -> None:
     """Route every native call through ``library`` (a test's stand-in wrapping the real
     one): the ctypes handle and the hot calls alike (``native.CtypesCalls`` over it)."""
-    from rbcheck.variants import native
-
     monkeypatch.setitem(native._state, "lib", library)
     monkeypatch.setitem(native._state, "calls", native.CtypesCalls(library))

@@ -13,7 +13,8 @@ import types
 import pytest
 import torch
 
-from rbcheck.variants import extend_fast, native
+from rbcheck.variants import native
+from rbcheck.variants.native import extend_args
 from tests.variants.test_extend_fast_path import assert_same, flat_rows, three
 from tests.variants.test_sample_fast_path import assert_same_sample
 
@@ -123,7 +124,7 @@ def test_a_call_with_the_wrong_arguments_raises_and_leaves_the_buffer_unchanged(
     index = torch.empty(1, dtype=torch.int64)
     for calls in {type(native.calls()): native.calls(), native.CtypesCalls: native.CtypesCalls(native.lib())}.values():
         with pytest.raises(TypeError, match="sources=2, but should be the block's 3 columns"):
-            calls.extend(plan.address, extend_fast._EXTEND, 6, 1, 6, index.data_ptr(), 0, 0)
+            calls.extend(plan.address, extend_args.EXTEND, 6, 1, 6, index.data_ptr(), 0, 0)
         with pytest.raises(TypeError):
             calls.extend(plan.address, "0", 6, 1, 6, index.data_ptr(), 0, 0, 0)
         for mode in (-1, 3):

@@ -61,7 +61,6 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import os
-import struct
 import sysconfig
 import threading
 import warnings
@@ -70,12 +69,6 @@ from pathlib import Path
 import torch
 
 ABI_VERSION = 16
-#: The argument block of ``rb_extend_prepare`` / ``rb_extend`` (tree_update.c's
-#: ``rb_extend_args``, packed by the caller in one call): n_cols, cols, capacity,
-#: first, n, write_count, generation, index_out, sum, min, size, value, shadow,
-#: high, max_priority, priority, is_float32 (an int64 or an address each; 0 for
-#: NULL), eps (a double), do_pow (an int64), alpha (a double), vector_pow (an address).
-EXTEND_ARGS = struct.Struct("=17qdqdq")
 
 
 class SampleArgs(ctypes.Structure):
@@ -107,6 +100,7 @@ from rbcheck.variants.native.compile import (  # noqa: E402, F401 (the API)
     cache_dir,
 )
 from rbcheck.variants.native.ctypes_calls import CtypesCalls  # noqa: E402, F401 (the API)
+from rbcheck.variants.native.extend_args import EXTEND_ARGS  # noqa: E402, F401 (the API)
 from rbcheck.variants.native.memory import empty_huge, moved, row_layout, watch  # noqa: E402, F401 (the API)
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import ctypes
 
-#: Fields of EXTEND_ARGS that ``extend`` sets per call: first, n, write_count, index_out.
-_EXTEND_PER_CALL = (3, 4, 5, 7)
+from rbcheck.variants.native.extend_args import COLS, FIELDS, N_COLS, PER_CALL, PREPARE, WHOLE
 
 
 class CtypesCalls:
@@ -22,18 +21,20 @@ class CtypesCalls:
                *sources: int) -> int:
         """Set the per-call fields of the EXTEND_ARGS block at ``block`` and the columns'
         source addresses, then mode 0 ``rb_extend``, 1 ``rb_extend_whole``, 2 ``rb_extend_prepare``."""
-        if type(mode) is not int or not 0 <= mode <= 2:
-            if type(mode) is not int:
-                raise TypeError(f"mode={mode!r}, but should be an int")
+        if type(mode) is not int:
+            raise TypeError(f"mode={mode!r}, but should be an int")
+        if not 0 <= mode <= PREPARE:
             raise ValueError(f"mode={mode}, but should be 0, 1 or 2")
-        fields = (ctypes.c_int64 * 8).from_address(block)
-        if len(sources) != fields[0]:
-            raise TypeError(f"sources={len(sources)}, but should be the block's {fields[0]} columns")
-        table = (ctypes.c_int64 * (4 * len(sources))).from_address(fields[1])
+        fields = (ctypes.c_int64 * FIELDS).from_address(block)
+        if len(sources) != fields[N_COLS]:
+            raise TypeError(f"sources={len(sources)}, but should be the block's {fields[N_COLS]} columns")
+        table = (ctypes.c_int64 * (4 * len(sources))).from_address(fields[COLS])
         table[0::4] = sources
-        for field, value in zip(_EXTEND_PER_CALL, (first, n, write_count, index_out), strict=True):
+        for field, value in zip(PER_CALL, (first, n, write_count, index_out), strict=True):
             fields[field] = value
-        return (self.lib.rb_extend, self.lib.rb_extend_whole, self.lib.rb_extend_prepare)[mode](block)
+        call = self.lib.rb_extend_whole if mode == WHOLE else \
+            self.lib.rb_extend_prepare if mode == PREPARE else self.lib.rb_extend
+        return call(block)
 
     def sample(self, block: int, step: int) -> int:
         """Step 0 ``rb_sample_descend`` (returns 0), 1 ``rb_sample_rows`` on the SampleArgs at ``block``."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import shutil
 import threading
 import time
 import warnings
@@ -531,6 +532,28 @@ def test_with_a_c_compiler_the_library_loads():
     if os.environ.get("RBCHECK_NATIVE", "1").strip() in ("0", "false", "no", "off"):
         pytest.skip("RBCHECK_NATIVE=0 in this environment")
     assert native.lib() is not None, native.unavailable_reason()
+
+
+def test_a_failed_build_is_remembered_until_the_compiler_changes(tmp_path, monkeypatch):
+    """A build that fails is recorded beside the cache's builds: the next process gets the
+    same reason without compiling again (a failing ``calls.c`` build cost every process up
+    to 120 s), and a changed compiler (another file at its path) is tried again."""
+    monkeypatch.setenv("RBCHECK_NATIVE_CACHE", str(tmp_path / "cache"))
+    runs = tmp_path / "runs"
+    compiler = tmp_path / "cc"
+    compiler.write_text(f"#!/bin/sh\necho run >> {runs}\necho 'broken.c:1: error: no' >&2\nexit 1\n")
+    compiler.chmod(0o755)
+    for attempt in (1, 2):
+        with pytest.raises(RuntimeError, match=r"failed \(exit 1\): broken.c:1: error: no") as raised:
+            native._compile([str(compiler)], native.SOURCE, (), ".so")
+        assert runs.read_text().count("run") == 1, f"attempt {attempt}: the compiler ran again"
+    assert "remembered" in str(raised.value) and ".failed" in str(raised.value)
+    compiler.write_text(f"#!/bin/sh\necho run >> {runs}\nexec cc \"$@\"\n")  # another compiler
+    if shutil.which("cc") is None:
+        pytest.skip("no cc here to stand for a repaired compiler")
+    assert native._compile([str(compiler)], native.SOURCE, (), ".so").is_file()
+    assert runs.read_text().count("run") == 2
+    assert not list((tmp_path / "cache").glob("*.failed")), "a success leaves no failure recorded"
 
 
 @needs_native

@@ -133,6 +133,19 @@ def test_a_call_with_the_wrong_arguments_raises_and_leaves_the_buffer_unchanged(
     assert_same(ref, fast)
 
 
+def test_the_update_calls_refuse_wrong_arguments_alike():
+    """``prepare_update`` and ``finish_update`` raise ``TypeError`` for a wrong count or
+    kind of argument, through the module and through ctypes alike (ctypes's own
+    ``ArgumentError`` is not a ``TypeError``), before any C runs."""
+    for calls in {type(native.calls()): native.calls(), native.CtypesCalls: native.CtypesCalls(native.lib())}.values():
+        for name, count in (("prepare_update", 9), ("finish_update", 7)):
+            call = getattr(calls, name)
+            with pytest.raises(TypeError):
+                call(*[0] * (count - 1))
+            with pytest.raises(TypeError):
+                call("not an address", *[0] * (count - 1))
+
+
 @pytest.fixture(scope="module")
 def own_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("native-cache")

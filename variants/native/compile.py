@@ -56,6 +56,16 @@ def _compile(cc: list[str], main: Path, extra: tuple, suffix: str) -> Path:
     target = folder / f"rbcheck_tree_{key}{suffix}"
     if target.is_file():
         return target
+    failed = target.with_name(target.name + ".failed")
+    tools = _fingerprint(cc, extra)
+    try:
+        seen, reason = failed.read_text(errors="replace").split("\n", 1)
+    except (OSError, ValueError):
+        pass
+    else:
+        if seen == tools:
+            raise RuntimeError(f"{reason} (remembered: {failed} records this build's failure with this "
+                               "compiler; delete it to try again)")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=suffix, dir=folder)
@@ -66,12 +76,41 @@ def _compile(cc: list[str], main: Path, extra: tuple, suffix: str) -> Path:
         done = subprocess.run([*cc, *FLAGS, *extra, "-o", tmp, str(main), *LIBS], capture_output=True,
                               text=True, errors="replace", timeout=120)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cc)} failed (exit {done.returncode}): "
-                               f"{done.stderr.strip()[-500:]}")
+            reason = f"{' '.join(cc)} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}"
+            _remember(failed, f"{tools}\n{reason}")
+            raise RuntimeError(reason)
         os.replace(tmp, target)  # atomic: concurrent builders agree on the result
+        if failed.exists():
+            failed.unlink(missing_ok=True)  # the failure it recorded is over
     except (OSError, subprocess.SubprocessError) as err:
         raise RuntimeError(f"{' '.join(cc)} could not run: {err}") from err
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def _fingerprint(cc: list[str], extra: tuple) -> str:
+    """What a remembered failure holds for: the compiler's file and the headers' folders
+    (``-I``) as they are now (path, size, change time). A failure the build key alone
+    keyed would outlive a repaired compiler at the same path, or headers installed later."""
+    paths = [os.path.realpath(cc[0])] + [extra[i + 1] for i, word in enumerate(extra[:-1]) if word == "-I"]
+    parts = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+            parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+        except OSError:
+            parts.append(f"{path}:missing")
+    return " ".join(parts)
+
+
+def _remember(failed: Path, text: str) -> None:
+    """Record a failed build (atomically; not recording it only costs a rebuild)."""
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=".failed", dir=failed.parent)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, failed)
+    except OSError:
+        pass

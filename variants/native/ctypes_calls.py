@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import operator
 
 from rbcheck.variants.native.extend_args import COLS, FIELDS, N_COLS, PER_CALL, PREPARE, WHOLE
 
@@ -38,13 +39,26 @@ class CtypesCalls:
 
     def sample(self, block: int, step: int) -> int:
         """Step 0 ``rb_sample_descend`` (returns 0), 1 ``rb_sample_rows`` on the SampleArgs at ``block``."""
+        block = operator.index(block)  # ctypes would take a str or bytes as an address
         if step == 0:
             self.lib.rb_sample_descend(block)
             return 0
         return self.lib.rb_sample_rows(block)
 
     def prepare_update(self, *args) -> int:
-        return self.lib.rb_prepare_update(*args)
+        """``rb_prepare_update(index, n, capacity, priority, is_float32, eps, out, max_priority, high)``."""
+        return self.lib.rb_prepare_update(*_numbers("prepare_update", args, 9, floats=(5,)))
 
     def finish_update(self, *args) -> int:
-        return self.lib.rb_finish_update(*args)
+        """``rb_finish_update(value, n, high, max_priority, alpha, vector_pow, do_pow)``."""
+        return self.lib.rb_finish_update(*_numbers("finish_update", args, 7, floats=(4,)))
+
+
+def _numbers(name: str, args: tuple, count: int, floats: tuple) -> list:
+    """``args`` as the module reads them (ints, floats at ``floats``), else TypeError as it
+    raises: ctypes itself takes a str or bytes for an address and raises its own
+    ``ArgumentError`` for other kinds."""
+    if len(args) != count:
+        raise TypeError(f"{name} takes {count} arguments")
+    return [float(a) if i in floats and isinstance(a, float) else
+            float(operator.index(a)) if i in floats else operator.index(a) for i, a in enumerate(args)]

@@ -1072,6 +1072,19 @@ def _native_calls() -> str:
     return "the calls.c extension module" if why is None else f"ctypes ({why})"
 
 
+def _cpu() -> str:
+    """The processor's model and torch's CPU capability (the kernels torch runs, and whether
+    rbcheck's transform runs in C: ``torch_pow``), so that parts measured on different
+    machines say so."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, torch's CPU capability {torch.backends.cpu.get_cpu_capability()}"
+
+
 def _git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -1118,7 +1131,7 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
         "what": "peer time / rbcheck `device` variant time (> 1: rbcheck is faster)",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "commit": _git_commit(),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "machine": {"cpu": platform.processor() or platform.machine(), "model": _cpu(), "cores": os.cpu_count(),
                     "load_average": [round(load0, 1), round(os.getloadavg()[0], 1)],
                     "python": platform.python_version(), "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads()},
@@ -1260,18 +1273,21 @@ def render(report: dict) -> str:
         f"batch {sizes['batch']} (samples, `update_priority`), rows of `obs` float32[w], "
         f"`action` float32[2], `reward` float32[1]. Every answer was checked against rbcheck's "
         f"before timing ({report['checks_passed']} checks passed). Commit {report['commit']}; "
-        f"{machine['cores']} cores, load average {machine['load_average'][0]} to "
+        f"{machine.get('model', 'CPU not recorded')}, {machine['cores']} cores, load average "
+        f"{machine['load_average'][0]} to "
         f"{machine['load_average'][1]}, torch {machine['torch']} with {machine['torch_threads']} "
         f"thread(s); rbcheck's native calls: {report['rbcheck'].get('native_calls', 'not recorded')}.",
         "",
         *[line for m in report.get("remeasured", []) for line in (
             f"{', '.join(label(op) for op in m['ops'])}: re-measured on {m['date']} at commit {m['commit']} "
-            f"({m['runs']} run(s), load average {m['load_average'][0]} to {m['load_average'][1]}, "
+            f"({m.get('model', 'CPU not recorded')}, {m['runs']} run(s), load average {m['load_average'][0]} to "
+            f"{m['load_average'][1]}, "
             f"{m['checks_passed']} checks passed); the other rows are from the run above.", "")],
         *[line for part in report.get("parts", []) for line in (
             f"{', '.join(part['peers'])}: timed in an environment of its own (`{part['file']}`, "
             f"merged by `--render`), side by side with rbcheck in that process, on {part['date']} at "
-            f"commit {part['commit']}: capacity {part['sizes']['capacity']}, {part['sizes']['runs']} "
+            f"commit {part['commit']} ({part.get('model', 'CPU not recorded')}): capacity "
+            f"{part['sizes']['capacity']}, {part['sizes']['runs']} "
             f"run(s), load average {part['load_average'][0]} to {part['load_average'][1]}, torch "
             f"{part['torch']}, {part['checks_passed']} checks passed.", "")],
         "| peer | version | timed |",
@@ -1341,7 +1357,8 @@ def merge(report: dict, new: dict, ops) -> dict:
     report["remeasured"] = [m for m in report.get("remeasured", []) if not set(m["ops"]) <= set(ops)]  # all replaced
     report["remeasured"].append(
         {"ops": ops, "date": new["date"], "commit": new["commit"], "runs": new["sizes"]["runs"],
-         "load_average": new["machine"]["load_average"], "checks_passed": new["checks_passed"]})
+         "load_average": new["machine"]["load_average"], "checks_passed": new["checks_passed"],
+         "model": new["machine"].get("model", "CPU not recorded")})
     return report
 
 
@@ -1369,6 +1386,7 @@ def merge_parts(report: dict, parts: list[tuple[str, dict]]) -> dict:
         report.setdefault("parts", []).append(
             {"file": file, "peers": timed, "date": part["date"], "commit": part["commit"],
              "sizes": part["sizes"], "load_average": part["machine"]["load_average"],
+             "model": part["machine"].get("model", "CPU not recorded"),
              "torch": part["machine"]["torch"], "checks_passed": part["checks_passed"],
              "baselines": part["baselines"]})
     return report

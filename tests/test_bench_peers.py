@@ -5,6 +5,7 @@ check), and the committed table is the render of the committed report."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +132,9 @@ def test_smoke_run_checks_and_times_every_operation():
     assert report["checks_passed"] > 10 and any("checks passed" in line for line in lines)
     text = P.render(json.loads(json.dumps(report)))
     assert "| `extend` 32 rows |" in text and "| stub |" in text and "rbcheck is faster" in text
+    cpu = report["machine"]["model"]
+    assert "torch's CPU capability " in cpu and f"{cpu}, {os.cpu_count()} cores" in text, \
+        "the table says which processor the numbers are from"
 
 
 @pytest.mark.parametrize("broken", [WrongExtend, WrongRows, WrongIndex, WrongWeights, StaleUpdate,
@@ -205,6 +209,7 @@ def test_parts_from_other_environments_are_merged_into_the_table(tmp_path):
     assert {r["peer"] for r in merged["ratios"]} == {"stub", "other"}
     text = P.render(merged)
     assert "| operation | stub | other |" in text and "other: timed in an environment of its own" in text
+    assert f"at commit {part['commit']} ({part['machine']['model']}): capacity" in text
     assert P.render(P.load_report(tmp_path / "peers.json", parts=[])) == P.render(main)
     P.main(["--render", str(tmp_path / "peers.json"), "-o", str(tmp_path / "peers.md")])
     assert (tmp_path / "peers.md").read_text() == text

@@ -423,13 +423,15 @@ def test_update_priority_transforms_in_c_bit_for_bit(monkeypatch):
 
 
 def test_a_capability_without_a_known_vector_pow_keeps_torchs_pow(monkeypatch):
-    """Where rbcheck does not know which vector pow torch's kernel calls (AVX512, another
-    CPU), the C pow is never used: ``vector_pow()`` is None, no exponent agrees, and
-    extends still give the reference's bits through torch's ``pow``. DEFAULT (no vector
-    unit) means libm throughout (0), still subject to the probe."""
-    for capability, want in (("AVX512", None), ("SVE256", None), ("DEFAULT", 0)):
+    """Where rbcheck does not know which vector pow torch's kernel calls (another CPU),
+    the C pow is never used: ``vector_pow()`` is None, no exponent agrees, and extends
+    still give the reference's bits through torch's ``pow``. DEFAULT (no vector unit)
+    means libm throughout (0), still subject to the probe; AVX2 and AVX512 name SLEEF's
+    functions of 4 and 8 doubles, which torch's library holds."""
+    for capability, want in (("SVE256", None), ("DEFAULT", 0), ("AVX2", int), ("AVX512", int)):
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
-        assert torch_pow._find_vector_pow() == want, capability
+        got = torch_pow._find_vector_pow()
+        assert (type(got) is int and got > 0) if want is int else got == want, capability
     monkeypatch.undo()
     monkeypatch.setattr(torch_pow, "_state", {"vector": None})
     assert not torch_pow.agrees(0.6) and not torch_pow.in_c(9, 0.6)
@@ -455,6 +457,22 @@ def test_the_probe_refuses_a_pow_whose_elements_take_the_wrong_function():
     finally:
         monkeypatch.undo()
     assert torch_pow.agrees(0.6)
+
+
+def test_the_probe_refuses_a_vector_pow_of_the_wrong_width(monkeypatch):
+    """With AVX512, torch's kernel calls SLEEF's 8-double pow for the first ``n - n % 16``
+    elements and libm's for the rest. The 4-double pow over ``n - n % 8`` elements (what
+    an AVX2 kernel does) takes some of them through the wrong function: the probe refuses
+    it, and the 8-double pair it agrees with is the one in use."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512" or not torch_pow.vector_pow():
+        pytest.skip("torch's kernels here are not AVX512's (capability "
+                    f"{torch.backends.cpu.get_cpu_capability()})")
+    assert torch_pow.VectorPow.from_address(torch_pow.vector_pow()).lanes == 8 and torch_pow.agrees(0.6)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    narrow = torch_pow.VectorPow(torch_pow._find_vector_pow(), 4)
+    monkeypatch.undo()
+    monkeypatch.setattr(torch_pow, "_state", {"vector": ctypes.addressof(narrow)})
+    assert not torch_pow.agrees(0.6)
 
 
 class _OneUlpOff:

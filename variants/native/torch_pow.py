@@ -7,13 +7,15 @@ torch's ``pow``. Called on its own, torch's ``pow`` costs 8-25 us warm and 60-12
 with cold caches, more than the C calls around it. Below its parallel grain
 (``GRAIN`` elements, or on one thread) torch's CPU kernel runs ONE loop over a
 contiguous tensor: pairs of vectors through its vector pow (with AVX2, SLEEF's
-``Sleef_powd4_u10``) up to ``n - n % 8``, then the rest through ``std::pow``.
-``rb_pow_like_torch`` (pow.c) calls the same two functions in the same order.
+``Sleef_powd4_u10``, up to ``n - n % 8``; with AVX512, ``Sleef_powd8_u10``, up to
+``n - n % 16``), then the rest through ``std::pow``. ``rb_pow_like_torch`` (pow.c)
+calls the same two functions in the same order.
 
-* ``vector_pow()``: the address of the vector pow torch's kernel calls (looked up
-  in torch's own library), 0 where the kernel has none to call (capability
-  ``DEFAULT``: ``std::pow`` throughout), None where rbcheck does not know which
-  one it calls (AVX512 and other capabilities): then torch's ``pow`` is used.
+* ``vector_pow()``: the address of a ``VectorPow`` pair: the vector pow torch's
+  kernel calls (looked up in torch's own library, ``VECTOR_POWS``) and its doubles
+  per vector; 0 where the kernel has none to call (capability ``DEFAULT``: ``std::pow``
+  throughout), None where rbcheck does not know which one it calls (other
+  capabilities): then torch's ``pow`` is used.
 * ``agrees(exponent)``: whether the C pow equals torch's ``x.pow(exponent)`` bit for
   bit on probe tensors of many lengths (every position of the vector loop and its
   tail, values over 600 orders of magnitude, zero and subnormals). Exponents torch
@@ -41,28 +43,44 @@ GRAIN = 32768
 SPECIAL = (0.0, 1.0, 2.0, 3.0, 0.5, -0.5, -1.0, -2.0)
 #: Tensor lengths the probe compares: below one vector pair, around each step of the
 #: vector loop, and long ones (every position of the loop's tail and body).
-LENGTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 23, 24, 25, 31, 255, 256, 4099)
+LENGTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49,
+           255, 256, 4099)
+
+#: torch's CPU capability -> (the vector pow its float64 kernels call, doubles per vector).
+VECTOR_POWS = {"AVX2": ("Sleef_powd4_u10", 4), "AVX512": ("Sleef_powd8_u10", 8)}
 
 _state: dict = {}
 
 
 def vector_pow() -> int | None:
-    """The address of the float64 vector pow torch's CPU kernels call (module doc), 0
-    for none, None when unknown."""
+    """The address of a ``VectorPow`` for the float64 vector pow torch's CPU kernels call
+    (module doc; the pair lives as long as this module's state), 0 for none, None when
+    unknown."""
     if "vector" not in _state:
-        _state["vector"] = _find_vector_pow()
+        found = _find_vector_pow()
+        if found:  # what pow.c is given: the function and its doubles per vector
+            pair = VectorPow(found, VECTOR_POWS[torch.backends.cpu.get_cpu_capability()][1])
+            _state["pair"], found = pair, ctypes.addressof(pair)
+        _state["vector"] = found
     return _state["vector"]
+
+
+class VectorPow(ctypes.Structure):
+    """pow.c's ``rb_vector_pow``: torch's vector pow and its doubles per vector (4 or 8)."""
+
+    _fields_ = [("fn", ctypes.c_void_p), ("lanes", ctypes.c_int64)]
 
 
 def _find_vector_pow() -> int | None:
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: None)()
     if capability == "DEFAULT":
         return 0
-    if capability != "AVX2":
+    name, _ = VECTOR_POWS.get(capability, (None, None))
+    if name is None:
         return None
     try:
         lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
-        return ctypes.cast(lib.Sleef_powd4_u10, ctypes.c_void_p).value or None
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or None
     except (OSError, AttributeError):
         return None
 
@@ -104,7 +122,7 @@ def _probe(exponent: float) -> bool:
         return torch.equal(got.view(torch.int64), x.pow(exponent).view(torch.int64)), got
 
     values = probe_values()
-    values = values[:len(values) - len(values) % 8]  # every element in the vector loop
+    values = values[:len(values) - len(values) % 16]  # every element in the vector loop (8 or 16 a step)
     ok, vectored = same(values, vector)
     if not ok:
         return False

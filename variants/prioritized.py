@@ -207,6 +207,14 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
             return False
         value = workspace(self.work, "value", (len(index),), torch.float64, "cpu")
         high = workspace(self.work, "high", (1,), torch.float64, "cpu")
+        if first is None and torch_pow.in_c(len(index), self.alpha):  # every step in one C call
+            if native.update_whole(index, self.capacity, priority, self.eps, value, self._max_priority, high,
+                                   self.alpha, torch_pow.vector_pow(), self.sum_tree.raw_nodes,
+                                   self.min_tree.raw_nodes, self.sum_tree.size):
+                return False  # a check failed (nothing changed): the full path raises
+            self.sum_tree.mark_stale()
+            self.min_tree.mark_stale()
+            return True
         if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority, high):
             return False
         if torch_pow.in_c(len(index), self.alpha):  # the pow in C, as torch's

@@ -391,7 +391,8 @@ def test_the_transform_in_c_is_torchs_bit_for_bit():
 
 
 def test_update_priority_transforms_in_c_bit_for_bit(monkeypatch):
-    """``update_priority`` transforms its priorities in C too (``finish_update`` with alpha):
+    """``update_priority`` transforms its priorities in C too (``update_whole``: checks, pow,
+    trees and max priority in one call):
     the C path taken, the trees the reference's bit for bit; and with libm's pow for every
     element (as if torch's kernel had no vector pow) the trees differ: the comparison sees a
     pow that assigns elements to the wrong function."""
@@ -407,8 +408,8 @@ def test_update_priority_transforms_in_c_bit_for_bit(monkeypatch):
         for buf in (ref, fast):
             buf.extend(flat_rows(4096, 0, [1.0] * 4096))
         calls = []
-        real = native.finish_update
-        monkeypatch.setattr(native, "finish_update", lambda *a: calls.append(len(a)) or real(*a))
+        real = native.update_whole
+        monkeypatch.setattr(native, "update_whole", lambda *a: calls.append(a[8]) or real(*a))
         monkeypatch.setattr(torch_pow, "_state", {**torch_pow._state, "vector": vector})
         for buf in (ref, fast):
             buf.update_priority(index, priority)
@@ -417,9 +418,9 @@ def test_update_priority_transforms_in_c_bit_for_bit(monkeypatch):
         return calls, torch.equal(got.view(torch.int64), want.view(torch.int64))
 
     calls, same = run(torch_pow.vector_pow())
-    assert calls == [5] and same  # value, high, max priority, alpha, vector pow: the pow in C
+    assert calls == [torch_pow.vector_pow()] and same  # one call, the pow in C with torch's vector pow
     calls, same = run(0)
-    assert calls == [5] and not same
+    assert calls == [0] and not same
 
 
 def test_a_capability_without_a_known_vector_pow_keeps_torchs_pow(monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rbcheck.variants import native
-from rbcheck.variants.native import extend_args
+from rbcheck.variants.native import extend_args, torch_pow
 from tests.variants.test_extend_fast_path import assert_same, flat_rows, three
 from tests.variants.test_sample_fast_path import assert_same_sample
 
@@ -61,7 +61,9 @@ def test_the_fast_paths_make_their_calls_through_native_calls(monkeypatch):
     spy.seen.clear()
     for buf in (ref, fast):
         buf.update_priority(torch.tensor([1, 6]), torch.tensor([0.25, 7.0]))
-    assert spy.seen == ["prepare_update", "finish_update"]
+    # one call with the transform in C, else prepare, torch's pow, finish (then the trees, through ctypes)
+    assert spy.seen == (["update_whole"] if torch_pow.in_c(2, fast.sampler.alpha) else
+                        ["prepare_update", "finish_update"])
     assert_same(ref, fast)
 
 
@@ -134,16 +136,40 @@ def test_a_call_with_the_wrong_arguments_raises_and_leaves_the_buffer_unchanged(
 
 
 def test_the_update_calls_refuse_wrong_arguments_alike():
-    """``prepare_update`` and ``finish_update`` raise ``TypeError`` for a wrong count or
+    """``prepare_update``, ``finish_update`` and ``update_whole`` raise ``TypeError`` for a wrong count or
     kind of argument, through the module and through ctypes alike (ctypes's own
     ``ArgumentError`` is not a ``TypeError``), before any C runs."""
     for calls in {type(native.calls()): native.calls(), native.CtypesCalls: native.CtypesCalls(native.lib())}.values():
-        for name, count in (("prepare_update", 9), ("finish_update", 7)):
+        for name, count in (("prepare_update", 9), ("finish_update", 7), ("update_whole", 14)):
             call = getattr(calls, name)
             with pytest.raises(TypeError):
                 call(*[0] * (count - 1))
             with pytest.raises(TypeError):
                 call("not an address", *[0] * (count - 1))
+
+
+@pytest.mark.parametrize("case", ["index out of range", "NaN priority", "negative priority", "overflow"])
+def test_update_whole_refuses_what_the_reference_refuses_and_changes_nothing(case, monkeypatch):
+    """An update whose checks fail in the one C call (code 1: an index or a priority; code 2:
+    a transform overflowed) changes nothing, and the full path raises the reference's error."""
+    ref, fast, _ = three(64, "prioritized", alpha=1.3)
+    if not torch_pow.in_c(2, 1.3):
+        pytest.skip("the pow of alpha=1.3 is not done in C here: update_whole is not called")
+    for buf in (ref, fast):  # full: the update goes straight to the sampler
+        buf.extend(flat_rows(64, 0, [0.5 + i % 7 for i in range(64)]))
+    index, priority, code = {
+        "index out of range": ([1, 64], [1.0, 1.0], 1), "NaN priority": ([1, 2], [float("nan"), 1.0], 1),
+        "negative priority": ([1, 2], [-1.0, 1.0], 1), "overflow": ([1, 2], [1e300, 1.0], 2)}[case]
+    codes = []
+    real = native.update_whole
+    monkeypatch.setattr(native, "update_whole", lambda *a: codes.append(real(*a)) or codes[-1])
+    raised = []
+    for buf in (ref, fast):
+        with pytest.raises(ValueError) as err:
+            buf.update_priority(torch.tensor(index), torch.tensor(priority, dtype=torch.float64))
+        raised.append(str(err.value))
+    assert codes == [code] and raised[0] == raised[1]
+    assert_same(ref, fast)
 
 
 @pytest.fixture(scope="module")

@@ -185,6 +185,8 @@ def _build() -> tuple[ctypes.CDLL, object, str | None]:
     lib.rb_prepare_update.restype = i64
     lib.rb_finish_update.argtypes = [p, i64, p, p, ctypes.c_double, p, i64]
     lib.rb_finish_update.restype = i64
+    lib.rb_update_whole.argtypes = [p, i64, i64, p, i64, ctypes.c_double, p, p, p, ctypes.c_double, p, p, p, i64]
+    lib.rb_update_whole.restype = i64
     _check_block(lib.rb_extend_args_size, "extend's", EXTEND_ARGS.size)
     _check_block(lib.rb_sample_args_size, "sample's", ctypes.sizeof(SampleArgs))
     lib.rb_extend_prepare.argtypes = [p]
@@ -454,6 +456,23 @@ def prepare_update(index: torch.Tensor, capacity: int, priority: torch.Tensor, e
     return bool(_state["calls"].prepare_update(
         index.data_ptr(), index.shape[0], capacity, priority.data_ptr(),
         int(priority.dtype == torch.float32), eps, out.data_ptr(), max_priority.data_ptr(), high.data_ptr()))
+
+
+def update_whole(index: torch.Tensor, capacity: int, priority: torch.Tensor, eps: float, value: torch.Tensor,
+                 max_priority: torch.Tensor, high: torch.Tensor, alpha: float, vector_pow: int | None,
+                 sum_nodes: torch.Tensor, min_nodes: torch.Tensor, size: int) -> int:
+    """``prepare_update``, the pow in C (only where ``torch_pow.in_c``), ``finish_update``'s
+    check and ``update`` of both trees (shadow levels left stale) in ONE call: 0 done
+    (the max priority committed last), 1 a check of the index or priorities failed, 2 a
+    transform overflowed; nothing changed then. Raises MemoryError when out of memory
+    (nothing changed)."""
+    code = _state["calls"].update_whole(
+        index.data_ptr(), index.shape[0], capacity, priority.data_ptr(), int(priority.dtype == torch.float32),
+        eps, value.data_ptr(), max_priority.data_ptr(), high.data_ptr(), alpha, vector_pow or 0,
+        sum_nodes.data_ptr(), min_nodes.data_ptr(), size)
+    if code < 0:
+        raise MemoryError("native tree update: out of memory")
+    return code
 
 
 def finish_update(value: torch.Tensor, high: torch.Tensor, max_priority: torch.Tensor,

@@ -129,11 +129,31 @@ static PyObject *py_finish_update(PyObject *self, PyObject *const *args, Py_ssiz
     return PyLong_FromLongLong(code);
 }
 
+/* update_whole(index, n, capacity, priority, is_float32, eps, value, max_priority, high, alpha,
+ * vector_pow, sum_nodes, min_nodes, size): rb_update_whole's arguments, addresses as ints. */
+static PyObject *py_update_whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t v[14];
+    if (nargs != 14 || !rb_ints(args, 5, v) || !rb_ints(args + 6, 3, v + 6) || !rb_ints(args + 10, 4, v + 10)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "update_whole takes 14 arguments");
+        return NULL;
+    }
+    double eps = PyFloat_AsDouble(args[5]), alpha = PyFloat_AsDouble(args[9]);
+    if ((eps == -1.0 || alpha == -1.0) && PyErr_Occurred()) return NULL;
+    int64_t code;
+    RB_CALL(v[1], code = rb_update_whole((const int64_t *)(intptr_t)v[0], v[1], v[2], (const void *)(intptr_t)v[3],
+                                         v[4], eps, (double *)(intptr_t)v[6], (double *)(intptr_t)v[7],
+                                         (double *)(intptr_t)v[8], alpha, (const void *)(intptr_t)v[10],
+                                         (double *)(intptr_t)v[11], (double *)(intptr_t)v[12], v[13]));
+    return PyLong_FromLongLong(code);
+}
+
 static PyMethodDef rb_methods[] = {
     {"extend", (PyCFunction)(void (*)(void))py_extend, METH_FASTCALL, "rb_extend and friends on a block"},
     {"sample", (PyCFunction)(void (*)(void))py_sample, METH_FASTCALL, "rb_sample_descend / rb_sample_rows"},
     {"prepare_update", (PyCFunction)(void (*)(void))py_prepare_update, METH_FASTCALL, "rb_prepare_update"},
     {"finish_update", (PyCFunction)(void (*)(void))py_finish_update, METH_FASTCALL, "rb_finish_update"},
+    {"update_whole", (PyCFunction)(void (*)(void))py_update_whole, METH_FASTCALL, "rb_update_whole"},
     {NULL, NULL, 0, NULL},
 };
 

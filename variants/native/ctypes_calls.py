@@ -53,6 +53,11 @@ class CtypesCalls:
         """``rb_finish_update(value, n, high, max_priority, alpha, vector_pow, do_pow)``."""
         return self.lib.rb_finish_update(*_numbers("finish_update", args, 7, floats=(4,)))
 
+    def update_whole(self, *args) -> int:
+        """``rb_update_whole(index, n, capacity, priority, is_float32, eps, value, max_priority, high,
+        alpha, vector_pow, sum_nodes, min_nodes, size)``."""
+        return self.lib.rb_update_whole(*_numbers("update_whole", args, 14, floats=(5, 9)))
+
 
 def _numbers(name: str, args: tuple, count: int, floats: tuple) -> list:
     """``args`` as the module reads them (ints, floats at ``floats``), else TypeError as it

@@ -416,3 +416,29 @@ void rb_divide_to_float(const double *w, int64_t n, double c, float *out)
 #include "pow.c"
 #include "tree_update.c"
 #include "sample.c"
+
+/* update_priority's happy path in one call, for a caller whose pow is done
+ * here (torch_pow.in_c): rb_prepare_update, then value = value ** alpha as
+ * torch's pow computes it (rb_pow_like_torch), then, when no transform
+ * overflowed, rb_update of the sum tree (sum_nodes) and the min tree
+ * (min_nodes) with shadow levels left stale, and *max_priority = *high.
+ * Returns 0 when done; 1 when an index or a priority failed its check, 2
+ * when a transform overflowed, -1 out of memory: nothing changed then (but
+ * value and high, the caller's workspaces; its full checks report why). */
+int64_t rb_update_whole(const int64_t *index, int64_t n, int64_t capacity, const void *priority,
+                        int64_t is_float32, double eps, double *value, double *max_priority, double *high,
+                        double alpha, const void *vector_pow, double *sum_nodes, double *min_nodes,
+                        int64_t size)
+{
+    if (!rb_prepare_update(index, n, capacity, priority, is_float32, eps, value, max_priority, high)) return 1;
+    rb_pow_like_torch(value, value, n, alpha, vector_pow);
+    int64_t ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= (value[i] <= DBL_MAX) & (value[i] >= -DBL_MAX);
+    if (!ok) return 2;
+    int64_t *node = (int64_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    if (!node) return -1;
+    update_with(sum_nodes, 0, min_nodes, 1, size, index, value, NULL, NULL, n, 1, node);
+    free(node);
+    *max_priority = *high;
+    return 0;
+}

@@ -133,6 +133,10 @@ static void refresh_up(double *a, int a_is_min, double *b, int b_is_min, int64_t
  * PREFETCH_AHEAD (leaves), / 2 and / 4 ahead prefetched. Each recomputation
  * reads the current values, so the last one of a node (at the last write
  * below it) sees its final leaves: the same bits as the reference's. */
+static void update_with(double *a, int64_t a_is_min, double *b, int64_t b_is_min, int64_t size,
+                        const int64_t *index, const double *va, const double *vb, const uint8_t *mask,
+                        int64_t n, int64_t shadow, int64_t *node);
+
 int64_t rb_update(double *a, int64_t a_is_min, double *b, int64_t b_is_min, int64_t size,
                   int64_t capacity, const int64_t *index, const double *va, const double *vb,
                   const uint8_t *mask, int64_t n, int64_t shadow)
@@ -141,6 +145,16 @@ int64_t rb_update(double *a, int64_t a_is_min, double *b, int64_t b_is_min, int6
         if (index[i] < 0 || index[i] >= capacity) return 1 + i;
     int64_t *node = (int64_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
     if (!node) return -1;
+    update_with(a, a_is_min, b, b_is_min, size, index, va, vb, mask, n, shadow, node);
+    free(node);
+    return 0;
+}
+
+/* rb_update's writes, the indices checked, with node[0..n) as its workspace. */
+static void update_with(double *a, int64_t a_is_min, double *b, int64_t b_is_min, int64_t size,
+                        const int64_t *index, const double *va, const double *vb, const uint8_t *mask,
+                        int64_t n, int64_t shadow, int64_t *node)
+{
     int depth = tree_depth(size), am = (int)a_is_min, bm = (int)b_is_min;
     int64_t count = 0;
     if (shadow && depth >= RB_SHADOW_MIN_DEPTH) {
@@ -174,8 +188,7 @@ int64_t rb_update(double *a, int64_t a_is_min, double *b, int64_t b_is_min, int6
             node[count++] = q >> 1;
         }
         refresh_up(a, am, b, bm, node, count, depth - 7);
-        free(node);
-        return 0;
+        return;
     }
     for (int64_t i = 0; i < n; i++) {
         if (i + PREFETCH_AHEAD < n) {
@@ -190,8 +203,6 @@ int64_t rb_update(double *a, int64_t a_is_min, double *b, int64_t b_is_min, int6
     }
     /* node[] now holds nodes of level depth - 1 (level L spans [2^L, 2^(L+1))) */
     refresh_up(a, am, b, bm, node, count, depth - 1);
-    free(node);
-    return 0;
 }
 
 /* Set the n leaves first .. first + n - 1 (contiguous: an extend; the caller

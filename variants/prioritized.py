@@ -205,8 +205,11 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
                 or (self.backend == "triton" and interpreting()) \
                 or not native.usable(index, priority, self.sum_tree.raw_nodes, self.min_tree.raw_nodes):
             return False
-        value = workspace(self.work, "value", (len(index),), torch.float64, "cpu")
-        high = workspace(self.work, "high", (1,), torch.float64, "cpu")
+        spaces = self.work.get(("update", len(index)))  # (value, high): this size's workspaces
+        if spaces is None:
+            spaces = self.work[("update", len(index))] = (torch.empty(len(index), dtype=torch.float64),
+                                                          torch.empty(1, dtype=torch.float64))
+        value, high = spaces
         if first is None and torch_pow.in_c(len(index), self.alpha):  # every step in one C call
             if native.update_whole(index, self.capacity, priority, self.eps, value, self._max_priority, high,
                                    self.alpha, torch_pow.vector_pow(), self.sum_tree.raw_nodes,

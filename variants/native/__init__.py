@@ -274,8 +274,13 @@ def reset() -> None:
 
 
 def usable(*tensors: torch.Tensor) -> bool:
-    """Whether the native path applies to these tensors (CPU, contiguous) and loads."""
-    return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors) and lib() is not None
+    """Whether the native path applies to these tensors (CPU, contiguous) and loads. A loop
+    over ``is_cpu`` (a flag; ``device`` makes an object): this runs on every fast call,
+    often with cold caches."""
+    for t in tensors:
+        if not (t.is_cpu and t.is_contiguous()):
+            return False
+    return lib() is not None
 
 
 def vector_descent(enabled: bool | None = None) -> bool:

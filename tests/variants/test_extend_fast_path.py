@@ -460,6 +460,23 @@ def test_the_probe_refuses_a_pow_whose_elements_take_the_wrong_function():
     assert torch_pow.agrees(0.6)
 
 
+def test_a_vector_pow_pair_outlives_the_state_that_made_it(monkeypatch):
+    """An extend plan keeps the pair's address for its buffer's life: a pair is made once per
+    (function, lanes) and never freed, so replacing ``torch_pow``'s state (as tests do)
+    leaves every address handed out valid, and a second lookup hands out the same one."""
+    if not torch_pow.vector_pow():
+        pytest.skip("torch's kernel calls no vector pow here")
+    before = torch_pow.vector_pow()
+    monkeypatch.setattr(torch_pow, "_state", {})
+    again = torch_pow.vector_pow()
+    monkeypatch.undo()
+    import gc
+    gc.collect()
+    assert again == before
+    held = torch_pow.VectorPow.from_address(before)
+    assert held.fn == torch_pow._find_vector_pow() and held.lanes in (4, 8)
+
+
 def test_the_probe_refuses_a_vector_pow_of_the_wrong_width(monkeypatch):
     """With AVX512, torch's kernel calls SLEEF's 8-double pow for the first ``n - n % 16``
     elements and libm's for the rest. The 4-double pow over ``n - n % 8`` elements (what
@@ -470,7 +487,7 @@ def test_the_probe_refuses_a_vector_pow_of_the_wrong_width(monkeypatch):
                     f"{torch.backends.cpu.get_cpu_capability()})")
     assert torch_pow.VectorPow.from_address(torch_pow.vector_pow()).lanes == 8 and torch_pow.agrees(0.6)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    narrow = torch_pow.VectorPow(torch_pow._find_vector_pow(), 4)
+    narrow = torch_pow.pair(torch_pow._find_vector_pow(), 4)
     monkeypatch.undo()
     monkeypatch.setattr(torch_pow, "_state", {"vector": ctypes.addressof(narrow)})
     assert not torch_pow.agrees(0.6)

@@ -548,12 +548,35 @@ def test_a_failed_build_is_remembered_until_the_compiler_changes(tmp_path, monke
             native._compile([str(compiler)], native.SOURCE, (), ".so")
         assert runs.read_text().count("run") == 1, f"attempt {attempt}: the compiler ran again"
     assert "remembered" in str(raised.value) and ".failed" in str(raised.value)
+    record = next((tmp_path / "cache").glob("*.failed"))
+    day_ago = time.time() - native.compile.REMEMBER_S - 60
+    os.utime(record, (day_ago, day_ago))  # a day on, the compiler runs again (and fails again)
+    with pytest.raises(RuntimeError, match="failed"):
+        native._compile([str(compiler)], native.SOURCE, (), ".so")
+    assert runs.read_text().count("run") == 2
     compiler.write_text(f"#!/bin/sh\necho run >> {runs}\nexec cc \"$@\"\n")  # another compiler
     if shutil.which("cc") is None:
         pytest.skip("no cc here to stand for a repaired compiler")
     assert native._compile([str(compiler)], native.SOURCE, (), ".so").is_file()
-    assert runs.read_text().count("run") == 2
+    assert runs.read_text().count("run") == 3
     assert not list((tmp_path / "cache").glob("*.failed")), "a success leaves no failure recorded"
+
+
+def test_a_killed_or_silent_compiler_is_not_remembered(tmp_path, monkeypatch):
+    """A compiler killed by a signal, or one that fails without diagnosing an error, may
+    pass next time: nothing is recorded, the next build runs it again."""
+    monkeypatch.setenv("RBCHECK_NATIVE_CACHE", str(tmp_path / "cache"))
+    runs = tmp_path / "runs"
+    for body in ("kill -9 $$", "echo 'cc1: Killed signal terminated program' >&2; exit 1", "exit 1"):
+        compiler = tmp_path / "cc"
+        compiler.write_text(f"#!/bin/sh\necho run >> {runs}\n{body}\n")
+        compiler.chmod(0o755)
+        before = runs.read_text().count("run") if runs.exists() else 0
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="failed"):
+                native._compile([str(compiler)], native.SOURCE, (), ".so")
+        assert runs.read_text().count("run") == before + 2, body
+        assert not list((tmp_path / "cache").glob("*.failed")), body
 
 
 @needs_native

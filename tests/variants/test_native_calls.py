@@ -146,6 +146,11 @@ def test_the_update_calls_refuse_wrong_arguments_alike():
                 call(*[0] * (count - 1))
             with pytest.raises(TypeError):
                 call("not an address", *[0] * (count - 1))
+            with pytest.raises(OverflowError):
+                call(1 << 64, *[0] * (count - 1))
+        for step in ("x", None, 0.0):
+            with pytest.raises(TypeError):
+                calls.sample(0, step)
 
 
 @pytest.mark.parametrize("case", ["index out of range", "NaN priority", "negative priority", "overflow"])

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("tree.c")
@@ -60,12 +61,13 @@ def _compile(cc: list[str], main: Path, extra: tuple, suffix: str) -> Path:
     tools = _fingerprint(cc, extra)
     try:
         seen, reason = failed.read_text(errors="replace").split("\n", 1)
+        fresh = time.time() - failed.stat().st_mtime < REMEMBER_S
     except (OSError, ValueError):
         pass
     else:
-        if seen == tools:
+        if seen == tools and fresh:
             raise RuntimeError(f"{reason} (remembered: {failed} records this build's failure with this "
-                               "compiler; delete it to try again)")
+                               "compiler, for a day; delete it to try again)")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=suffix, dir=folder)
@@ -77,11 +79,14 @@ def _compile(cc: list[str], main: Path, extra: tuple, suffix: str) -> Path:
                               text=True, errors="replace", timeout=120)
         if done.returncode != 0:
             reason = f"{' '.join(cc)} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}"
-            _remember(failed, f"{tools}\n{reason}")
+            if _diagnosed(done.returncode, done.stderr):
+                _remember(failed, f"{tools}\n{reason}")
             raise RuntimeError(reason)
         os.replace(tmp, target)  # atomic: concurrent builders agree on the result
-        if failed.exists():
+        try:
             failed.unlink(missing_ok=True)  # the failure it recorded is over
+        except OSError:
+            pass  # another user's record in a shared cache: the build stands all the same
     except (OSError, subprocess.SubprocessError) as err:
         raise RuntimeError(f"{' '.join(cc)} could not run: {err}") from err
     finally:
@@ -90,12 +95,29 @@ def _compile(cc: list[str], main: Path, extra: tuple, suffix: str) -> Path:
     return target
 
 
+#: How long a recorded failure holds (seconds): past it the build is tried again, whatever
+#: the fingerprint says (it cannot see every file a compiler reads).
+REMEMBER_S = 24 * 3600
+
+
+def _diagnosed(code: int, stderr: str) -> bool:
+    """Whether a failed build is worth remembering: the compiler exited with an error it
+    diagnosed ("error" in its messages), not a signal, a kill (the OOM killer's "Killed" as
+    the driver reports it) or a compiler that did not start: those may pass."""
+    text = stderr.lower()
+    return code > 0 and "error" in text and "killed" not in text and "signal" not in text
+
+
 def _fingerprint(cc: list[str], extra: tuple) -> str:
-    """What a remembered failure holds for: the compiler's file and the headers' folders
-    (``-I``) as they are now (path, size, change time). A failure the build key alone
-    keyed would outlive a repaired compiler at the same path, or headers installed later."""
-    paths = [os.path.realpath(cc[0])] + [extra[i + 1] for i, word in enumerate(extra[:-1]) if word == "-I"]
-    parts = []
+    """What a remembered failure holds for: every word of the compiler command that names a
+    program (a launcher such as ccache and the compiler behind it), the headers' folders
+    (``-I``, and the system's ``/usr/include``) as they are now (path, size, change time),
+    and the variables that steer a compiler's search. A failure the build key alone keyed
+    would outlive a repaired compiler at the same path, or headers installed later."""
+    programs = [shutil.which(word) for word in cc]
+    paths = [os.path.realpath(p) for p in programs if p] + \
+        [extra[i + 1] for i, word in enumerate(extra[:-1]) if word == "-I"] + ["/usr/include"]
+    parts = [f"{name}={os.environ.get(name, '')}" for name in ("PATH", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH")]
     for path in paths:
         try:
             st = os.stat(path)
@@ -107,10 +129,12 @@ def _fingerprint(cc: list[str], extra: tuple) -> str:
 
 def _remember(failed: Path, text: str) -> None:
     """Record a failed build (atomically; not recording it only costs a rebuild)."""
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(suffix=".failed", dir=failed.parent)
         with os.fdopen(fd, "w") as out:
             out.write(text)
         os.replace(tmp, failed)
     except OSError:
-        pass
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)

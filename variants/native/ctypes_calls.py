@@ -26,12 +26,14 @@ class CtypesCalls:
             raise TypeError(f"mode={mode!r}, but should be an int")
         if not 0 <= mode <= PREPARE:
             raise ValueError(f"mode={mode}, but should be 0, 1 or 2")
-        fields = (ctypes.c_int64 * FIELDS).from_address(block)
+        per_call = [_int64(value) for value in (first, n, write_count, index_out)]  # all read before
+        addresses = [_int64(source) for source in sources]  # anything is written, as the module does
+        fields = (ctypes.c_int64 * FIELDS).from_address(_int64(block))
         if len(sources) != fields[N_COLS]:
             raise TypeError(f"sources={len(sources)}, but should be the block's {fields[N_COLS]} columns")
         table = (ctypes.c_int64 * (4 * len(sources))).from_address(fields[COLS])
-        table[0::4] = sources
-        for field, value in zip(PER_CALL, (first, n, write_count, index_out), strict=True):
+        table[0::4] = addresses
+        for field, value in zip(PER_CALL, per_call, strict=True):
             fields[field] = value
         call = self.lib.rb_extend_whole if mode == WHOLE else \
             self.lib.rb_extend_prepare if mode == PREPARE else self.lib.rb_extend
@@ -39,7 +41,7 @@ class CtypesCalls:
 
     def sample(self, block: int, step: int) -> int:
         """Step 0 ``rb_sample_descend`` (returns 0), 1 ``rb_sample_rows`` on the SampleArgs at ``block``."""
-        block = operator.index(block)  # ctypes would take a str or bytes as an address
+        block, step = _int64(block), _int64(step)  # ctypes would take a str or bytes as an address
         if step == 0:
             self.lib.rb_sample_descend(block)
             return 0
@@ -65,5 +67,21 @@ def _numbers(name: str, args: tuple, count: int, floats: tuple) -> list:
     ``ArgumentError`` for other kinds."""
     if len(args) != count:
         raise TypeError(f"{name} takes {count} arguments")
-    return [float(a) if i in floats and isinstance(a, float) else
-            float(operator.index(a)) if i in floats else operator.index(a) for i, a in enumerate(args)]
+    return [_double(a) if i in floats else _int64(a) for i, a in enumerate(args)]
+
+
+def _int64(x) -> int:
+    """``x`` as the module's ``PyLong_AsLongLong`` reads it: an int (``__index__``) within
+    int64, else TypeError or OverflowError (ctypes would wrap it)."""
+    x = operator.index(x)
+    if not -(1 << 63) <= x < (1 << 63):
+        raise OverflowError(f"{x} does not fit in int64")
+    return x
+
+
+def _double(x) -> float:
+    """``x`` as the module's ``PyFloat_AsDouble`` reads it (``__float__`` or ``__index__``;
+    ``float()`` would also parse a str)."""
+    if isinstance(x, (str, bytes, bytearray)):
+        raise TypeError(f"must be a real number, not {type(x).__name__}")
+    return float(x)

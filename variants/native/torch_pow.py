@@ -53,14 +53,12 @@ _state: dict = {}
 
 
 def vector_pow() -> int | None:
-    """The address of a ``VectorPow`` for the float64 vector pow torch's CPU kernels call
-    (module doc; the pair lives as long as this module's state), 0 for none, None when
-    unknown."""
+    """The address of the ``VectorPow`` (``pair``) for the float64 vector pow torch's CPU
+    kernels call (module doc), 0 for none, None when unknown."""
     if "vector" not in _state:
         found = _find_vector_pow()
         if found:  # what pow.c is given: the function and its doubles per vector
-            pair = VectorPow(found, VECTOR_POWS[torch.backends.cpu.get_cpu_capability()][1])
-            _state["pair"], found = pair, ctypes.addressof(pair)
+            found = ctypes.addressof(pair(found, VECTOR_POWS[torch.backends.cpu.get_cpu_capability()][1]))
         _state["vector"] = found
     return _state["vector"]
 
@@ -69,6 +67,18 @@ class VectorPow(ctypes.Structure):
     """pow.c's ``rb_vector_pow``: torch's vector pow and its doubles per vector (4 or 8)."""
 
     _fields_ = [("fn", ctypes.c_void_p), ("lanes", ctypes.c_int64)]
+
+
+#: Every pair ever made, never freed: their addresses live on in argument blocks (an extend
+#: plan keeps one for its buffer's life), whatever happens to ``_state``.
+_PAIRS: dict = {}
+
+
+def pair(fn: int, lanes: int) -> VectorPow:
+    """The one ``VectorPow`` of ``(fn, lanes)`` (made once; threads racing to make it get the
+    same one: ``dict.setdefault`` is atomic)."""
+    made = _PAIRS.get((fn, lanes))
+    return made if made is not None else _PAIRS.setdefault((fn, lanes), VectorPow(fn, lanes))
 
 
 def _find_vector_pow() -> int | None:

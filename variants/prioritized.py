@@ -210,32 +210,32 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
             spaces = self.work[("update", len(index))] = (torch.empty(len(index), dtype=torch.float64),
                                                           torch.empty(1, dtype=torch.float64))
         value, high = spaces
-        if first is None and torch_pow.in_c(len(index), self.alpha):  # every step in one C call
+        c_pow = torch_pow.in_c(len(index), self.alpha)  # the pow in C, as torch's
+        if first is None and c_pow:  # every step below in one C call
             if native.update_whole(index, self.capacity, priority, self.eps, value, self._max_priority, high,
                                    self.alpha, torch_pow.vector_pow(), self.sum_tree.raw_nodes,
                                    self.min_tree.raw_nodes, self.sum_tree.size):
                 return False  # a check failed (nothing changed): the full path raises
-            self.sum_tree.mark_stale()
-            self.min_tree.mark_stale()
-            return True
-        if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority, high):
-            return False
-        if torch_pow.in_c(len(index), self.alpha):  # the pow in C, as torch's
-            done = native.finish_update(value, high, self._max_priority, self.alpha, torch_pow.vector_pow())
         else:
-            value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
-            done = native.finish_update(value, high, self._max_priority)
-        if not done:
-            return False  # a transform overflowed float64
-        trees = (self.sum_tree.raw_nodes, False, self.min_tree.raw_nodes, True, self.sum_tree.size,
-                 self.capacity)
-        if first is None:
-            native.update(*trees, index, value, None, None, shadow=True)
-        else:  # index is first, first + 1, ... (mod capacity): an extend's slots, each ancestor once
-            head = min(len(index), self.capacity - first)
-            native.update_range(*trees, first, value[:head], shadow=True)
-            if head < len(index):
-                native.update_range(*trees, 0, value[head:], shadow=True)
+            if not native.prepare_update(index, self.capacity, priority, self.eps, value, self._max_priority,
+                                         high):
+                return False
+            if c_pow:
+                done = native.finish_update(value, high, self._max_priority, self.alpha, torch_pow.vector_pow())
+            else:
+                value.pow_(self.alpha)  # (raw + eps) ** alpha: torch's pow, the reference's bits
+                done = native.finish_update(value, high, self._max_priority)
+            if not done:
+                return False  # a transform overflowed float64
+            trees = (self.sum_tree.raw_nodes, False, self.min_tree.raw_nodes, True, self.sum_tree.size,
+                     self.capacity)
+            if first is None:
+                native.update(*trees, index, value, None, None, shadow=True)
+            else:  # index is first, first + 1, ... (mod capacity): an extend's slots, each ancestor once
+                head = min(len(index), self.capacity - first)
+                native.update_range(*trees, first, value[:head], shadow=True)
+                if head < len(index):
+                    native.update_range(*trees, 0, value[head:], shadow=True)
         self.sum_tree.mark_stale()
         self.min_tree.mark_stale()
         return True

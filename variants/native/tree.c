@@ -333,12 +333,20 @@ int64_t rb_prepare_update(const int64_t *index, int64_t n, int64_t capacity, con
  * every value[i] is finite (no transform overflowed float64); then
  * *max_priority becomes *high (rb_prepare_update's). 0 otherwise, with
  * *max_priority unchanged (the caller's full checks report the overflow). */
-int64_t rb_finish_update(double *value, int64_t n, const double *high, double *max_priority, double alpha,
-                         const void *vector_pow, int64_t do_pow)
+/* value = value ** alpha as torch's pow computes it when do_pow, then 1 when
+ * every value[i] is finite (no transform overflowed float64), else 0. */
+static int64_t transformed_finite(double *value, int64_t n, double alpha, const void *vector_pow, int64_t do_pow)
 {
     if (do_pow) rb_pow_like_torch(value, value, n, alpha, vector_pow);
     int64_t ok = 1;
     for (int64_t i = 0; i < n; i++) ok &= (value[i] <= DBL_MAX) & (value[i] >= -DBL_MAX);
+    return ok;
+}
+
+int64_t rb_finish_update(double *value, int64_t n, const double *high, double *max_priority, double alpha,
+                         const void *vector_pow, int64_t do_pow)
+{
+    int64_t ok = transformed_finite(value, n, alpha, vector_pow, do_pow);
     if (ok) *max_priority = *high;
     return ok;
 }
@@ -431,10 +439,7 @@ int64_t rb_update_whole(const int64_t *index, int64_t n, int64_t capacity, const
                         int64_t size)
 {
     if (!rb_prepare_update(index, n, capacity, priority, is_float32, eps, value, max_priority, high)) return 1;
-    rb_pow_like_torch(value, value, n, alpha, vector_pow);
-    int64_t ok = 1;
-    for (int64_t i = 0; i < n; i++) ok &= (value[i] <= DBL_MAX) & (value[i] >= -DBL_MAX);
-    if (!ok) return 2;
+    if (!transformed_finite(value, n, alpha, vector_pow, 1)) return 2;
     int64_t *node = (int64_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
     if (!node) return -1;
     update_with(sum_nodes, 0, min_nodes, 1, size, index, value, NULL, NULL, n, 1, node);

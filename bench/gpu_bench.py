@@ -10,8 +10,8 @@ Needs CUDA. For each capacity it builds one buffer per variant on the GPU
 uniform in [0, 10)), checks before timing that
 
 * a batch of updates with repeated slots, then one with stale generations
-  (the masked path), leaves the triton trees (single launch, then per-level)
-  bit-identical to the device variant's (both use torch's pow on CUDA for
+  (the masked path), leaves the triton trees (single launch, per-level, and
+  single launch with int64 sort keys) bit-identical to the device variant's (both use torch's pow on CUDA for
   the stored values, so the leaves are the same bits);
 * both sample the same indices from the same generator state, and with
   twin generators on the GPU the indices of the reference's draw;
@@ -32,9 +32,10 @@ calls of:
   columns;
 * ``update_priority`` of a batch of random slots (the same every call:
   idempotent), with its checks read back in one synchronisation (the
-  default off the CPU) and one by one (the full path), the tree update alone (``update_trees`` / ``update_pair``
-  on values already transformed), and the floor: ``index_copy_`` of the
-  batch's leaves into two float64 trees.
+  default off the CPU) and one by one (the full path), with its sort keys as
+  int32 (the default) and as int64 (before), the tree update alone (``update_trees`` / ``update_pair``
+  on values already transformed), the stable sort alone on either key type, and the floor:
+  ``index_copy_`` of the batch's leaves into two float64 trees.
 
 After timing, the trees of the two variants must still be equal. Writes
 ``gpu_bench.json`` and ``gpu_bench.md`` into ``--out``. Every case that
@@ -198,7 +199,7 @@ def check(results: list, what: str, fn) -> bool:
 
 
 def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict, deadline: float) -> None:
-    from rbcheck.variants import triton_tree
+    from rbcheck.variants import last_writes, triton_tree
     from rbcheck.variants.vector_tree import find_prefix_torch, update_pair
 
     capacity = 1 << log2
@@ -212,9 +213,9 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
     tag = f"2^{log2}"
 
     # correctness before speed: updates with repeats, then stale generations (masked)
-    for fused in (True, False):
-        triton_tree.FUSED = fused
-        path = "single launch" if fused else "per-level"
+    for fused, narrow in ((True, True), (False, True), (True, False)):
+        triton_tree.FUSED, last_writes.NARROW_KEYS = fused, narrow
+        path = ("single launch" if fused else "per-level") + ("" if narrow else ", int64 sort keys")
         n = max(update_batches)
         slots = torch.randint(0, capacity, (n,), generator=g).to(DEVICE)
         slots[n // 2:] = slots[: n - n // 2]  # every slot of the second half repeated
@@ -234,7 +235,7 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         check(checks, f"{tag} update_priority {n} with stale generations: triton ({path}) trees == "
                       "device trees",
               lambda: trees_equal(dev_buf, tri_buf))
-    triton_tree.FUSED = True
+    triton_tree.FUSED, last_writes.NARROW_KEYS = True, True
     for batch in sample_batches:
         check(checks, f"{tag} sample {batch}, generator on the GPU: triton's one-launch sample == its "
                       "per-op path (indices; weights within one float32 ulp)",
@@ -298,13 +299,13 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         leaves = slots + st.size
         floor_a, floor_b = torch.zeros_like(st.nodes), torch.zeros_like(mt.nodes)
 
-        def set_fused(fused, fn):
+        def set_fused(fused, fn, narrow=True):
             def run():
-                triton_tree.FUSED = fused
+                triton_tree.FUSED, last_writes.NARROW_KEYS = fused, narrow
                 try:
                     return fn()
                 finally:
-                    triton_tree.FUSED = True
+                    triton_tree.FUSED, last_writes.NARROW_KEYS = True, True
             return run
 
         cases[f"update_priority {batch} | floor: index_copy_ leaves (2 trees)"] = timed(
@@ -316,6 +317,15 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
             cases[f"update_priority {batch} | {name}: trees only"] = timed(
                 lambda s=slots, v=value, lo=low, fused=fused: triton_tree.update_trees(
                     [st, mt], s, [v, lo], None, fused=fused))
+        cases[f"update_priority {batch} | triton single launch, int64 sort keys (before)"] = timed(
+            set_fused(True, lambda s=slots, p=prio: tri_buf.update_priority(s, p), narrow=False))
+        cases[f"update_priority {batch} | triton single launch, int64 sort keys (before): trees only"] = timed(
+            set_fused(True, lambda s=slots, v=value, lo=low: triton_tree.update_trees([st, mt], s, [v, lo], None),
+                      narrow=False))
+        for narrow in (True, False):
+            cases[f"update_priority {batch} | the sort alone, {'int32' if narrow else 'int64'} keys"] = timed(
+                lambda s=slots, narrow=narrow: torch.sort(s.to(torch.int32) if narrow else s, stable=True))
+
         def checks_one_by_one(fn, sampler=tri_buf.sampler):
             def run():
                 sampler._update_one_sync = lambda *args, **kwargs: False  # the full path's checks

@@ -16,10 +16,11 @@
 #      else imported through a shim folder on PYTHONPATH;
 #   3. tests/variants/test_triton.py, test_cuda.py, test_overflow.py on CUDA;
 #   4. python -m bench.gpu_bench (2^24 and 2^20; JSON and markdown);
-#   5. pytest rbcheck/conformance --impl triton --rbcheck-device cuda (ci profile).
-# Budgets (seconds) add up to about 6 minutes: override with GPU_CHECK_BUDGETS
-# ("setup tests bench conformance", default "60 90 150 80"; a budget of - for the
-# bench skips it).
+#   5. pytest rbcheck/conformance --impl triton --rbcheck-device cuda (ci profile);
+#   6. python -m bench.gpu_profile (where the time goes; what CUDA graphs could save).
+# Budgets (seconds) add up to about 7 minutes: override with GPU_CHECK_BUDGETS
+# ("setup tests bench conformance profile", default "60 90 150 80 60"; a budget of -
+# for the bench or the profile skips it).
 set -u
 cd "$(dirname "$0")/.."
 WHEELS="tensordict==0.14.3 orjson pyvers importlib_metadata zipp lazy-importer"
@@ -36,7 +37,8 @@ mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
 SUMMARY="$OUT/gpu_check.md"
 : >"$LOG"
-read -r B_SETUP B_TESTS B_BENCH B_CONF <<<"${GPU_CHECK_BUDGETS:-60 90 150 80}"
+read -r B_SETUP B_TESTS B_BENCH B_CONF B_PROFILE <<<"${GPU_CHECK_BUDGETS:-60 90 150 80 60}"
+B_PROFILE="${B_PROFILE:-60}"
 PY="${PYTHON:-python3}"
 export PY WHEELS PYTHONUNBUFFERED=1 RBCHECK_PROFILE=ci
 STATUS=0
@@ -110,6 +112,11 @@ else
 fi
 step conformance "$B_CONF" "$PY" -m pytest rbcheck/conformance --impl triton --rbcheck-device cuda \
     --rbcheck-profile ci -q -p no:cacheprovider -rfE --maxfail=10
+if [ "$B_PROFILE" = "-" ]; then
+    ROWS+=("| profile | skipped (budget -) | 0 s |")
+else
+    step profile "$B_PROFILE" "$PY" -m bench.gpu_profile --out "$OUT"
+fi
 
 {
     echo "# GPU check"
@@ -118,7 +125,7 @@ step conformance "$B_CONF" "$PY" -m pytest rbcheck/conformance --impl triton --r
     echo "|---|---|---|"
     printf '%s\n' "${ROWS[@]}"
     echo
-    echo "Log: gpu_check.log; timings: gpu_bench.md / gpu_bench.json."
+    echo "Log: gpu_check.log; timings: gpu_bench.md / gpu_bench.json; profile: gpu_profile.txt / gpu_profile.json."
 } >"$SUMMARY"
 cat "$SUMMARY"
 [ -f "$OUT/gpu_bench.md" ] && cat "$OUT/gpu_bench.md"

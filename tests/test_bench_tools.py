@@ -284,3 +284,25 @@ def test_gpu_page_is_what_its_recorded_runs_render():
     assert gpu_bench.PAGE.read_text() == gpu_bench.page(records), "run python -m bench.gpu_bench --render"
     failed = [c["check"] for r in records for c in r["data"]["checks"] if not c["ok"]]
     assert failed == [], f"recorded checks that failed={failed}, but should be none"
+
+
+def test_gpu_scripts_run_dry_on_the_cpu(tmp_path):
+    """``bench.gpu_bench`` and ``bench.gpu_profile`` run as written (``--device cpu``: tiny
+    sizes in Triton's interpreter), so a lent GPU's few minutes are not spent on a broken
+    script: every equality check of the bench holds, and the profile records both steps."""
+    pytest.importorskip("triton")
+    from bench import gpu_bench, gpu_profile
+
+    try:
+        assert gpu_bench.main(["--device", "cpu", "--log2-capacities", "6", "--reps", "1",
+                               "--sample-batches", "16", "--update-batches", "32", "--out", str(tmp_path)]) == 0
+        assert gpu_profile.main(["--device", "cpu", "--log2-capacity", "6", "--batch", "16",
+                                 "--out", str(tmp_path)]) == 0
+    finally:
+        gpu_bench.DEVICE = "cuda"
+    bench = json.loads((tmp_path / "gpu_bench.json").read_text())
+    assert bench["checks"] and all(c["ok"] for c in bench["checks"]) and not bench["errors"]
+    assert any("int64 sort keys" in c["case"] for c in bench["cases"])
+    profile = json.loads((tmp_path / "gpu_profile.json").read_text())
+    assert profile["profile: update_priority"]["wall_median_us"] > 0
+    assert profile["profile: sample, generator on the GPU"]["wall_median_us"] > 0

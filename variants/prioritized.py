@@ -131,15 +131,20 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
             return
         transform_priority(raw, self.alpha, self.eps)  # near the bound: the reference's own check
 
-    def _store(self, index: torch.Tensor, raw: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+    def _store(self, index: torch.Tensor, raw: torch.Tensor, keep: torch.Tensor | None = None,
+               high: float | None = None) -> None:
         """The ONLY place a raw priority is transformed and stored; ``keep`` masks entries
         out. ``raw`` went through ``check_priority`` (or is the max priority, whose
-        transform ``load_state_dict`` checks): no transform overflows here."""
+        transform ``load_state_dict`` checks): no transform overflows here. ``high``:
+        ``max(raw)`` already read on the host (no ``keep``), which spares a reduction."""
         if not len(index):
             return
         value = workspace(self.work, "value", (len(index),), torch.float64, raw.device)
         torch.add(raw, self.eps, out=value).pow_(self.alpha)  # == (raw + eps) ** alpha, no allocation
         update_pair(self.sum_tree, self.min_tree, index.to(self.device), value, keep)
+        if high is not None:
+            self._max_priority = torch.clamp(self._max_priority, min=high)  # a new tensor, as below
+            return
         seen = raw if keep is None else torch.where(keep, raw, -math.inf)
         self._max_priority = torch.maximum(self._max_priority, seen.max())
 
@@ -186,7 +191,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         bound = sys.float_info.max if self.alpha <= 1 else sys.float_info.max ** (1 / self.alpha)
         if high + self.eps > bound * (1 - 2.0**-20):
             return False  # near the bound: the full path's own check decides
-        self._store(index, raw)
+        self._store(index, raw, high=high)
         return True
 
     def _update_native(self, index, priority, first: int | None = None) -> bool:

@@ -344,6 +344,10 @@ def test_one_sync_update_is_the_reference_update_or_declines(alpha):
     assert torch.equal(var.sum_tree.nodes, ref.sum_tree.nodes)
     assert torch.equal(var.min_tree.nodes, ref.min_tree.nodes)
     assert var.max_priority == ref.max_priority
+    low = torch.full((3,), 0.5, dtype=torch.float64)  # below the max priority: it stays
+    ref.update_priority(index[:3], low)
+    assert var._update_one_sync(index[:3], low, off_cpu_only=False)
+    assert var.max_priority == ref.max_priority == float(prio.max())
     big = 1e308 if alpha > 1 else 1.7976931348623157e308  # overflows (alpha > 1), or at the bound
     bad = [(torch.tensor([-1, 2]), torch.tensor([1.0, 2.0])),
            (torch.tensor([0, capacity]), torch.tensor([1.0, 2.0])),

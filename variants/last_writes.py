@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import torch
 
-
 #: Sort keys below this bound are sorted as int32 (``narrow_keys``); False: always int64
 #: (kept to measure one against the other).
 NARROW_KEYS = True

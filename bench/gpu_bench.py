@@ -10,8 +10,8 @@ Needs CUDA. For each capacity it builds one buffer per variant on the GPU
 uniform in [0, 10)), checks before timing that
 
 * a batch of updates with repeated slots, then one with stale generations
-  (the masked path), leaves the triton trees (single launch, per-level, and
-  single launch with int64 sort keys) bit-identical to the device variant's (both use torch's pow on CUDA for
+  (the masked path), leaves the triton trees (single launch from a CUDA graph,
+  per-level, single launch with int64 sort keys, single launch eager) bit-identical to the device variant's (both use torch's pow on CUDA for
   the stored values, so the leaves are the same bits);
 * both sample the same indices from the same generator state, and with
   twin generators on the GPU the indices of the reference's draw;
@@ -32,7 +32,8 @@ calls of:
   columns;
 * ``update_priority`` of a batch of random slots (the same every call:
   idempotent), with its checks read back in one synchronisation (the
-  default off the CPU) and one by one (the full path), with its sort keys as
+  default off the CPU) and one by one (the full path), replayed from a CUDA
+  graph (the default, ``update_graph``) and eager, with its sort keys as
   int32 (the default) and as int64 (before), the tree update alone (``update_trees`` / ``update_pair``
   on values already transformed), the stable sort alone on either key type, and the floor:
   ``index_copy_`` of the batch's leaves into two float64 trees.
@@ -199,7 +200,7 @@ def check(results: list, what: str, fn) -> bool:
 
 
 def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict, deadline: float) -> None:
-    from rbcheck.variants import last_writes, triton_tree
+    from rbcheck.variants import last_writes, triton_tree, update_graph
     from rbcheck.variants.vector_tree import find_prefix_torch, update_pair
 
     capacity = 1 << log2
@@ -213,15 +214,18 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
     tag = f"2^{log2}"
 
     # correctness before speed: updates with repeats, then stale generations (masked)
-    for fused, narrow in ((True, True), (False, True), (True, False)):
-        triton_tree.FUSED, last_writes.NARROW_KEYS = fused, narrow
-        path = ("single launch" if fused else "per-level") + ("" if narrow else ", int64 sort keys")
+    for fused, narrow, graphs in ((True, True, True), (False, True, False), (True, False, False),
+                                  (True, True, False)):
+        triton_tree.FUSED, last_writes.NARROW_KEYS, update_graph.GRAPHS = fused, narrow, graphs
+        path = (("single launch" if fused else "per-level") + ("" if narrow else ", int64 sort keys")
+                + (", CUDA graph" if graphs else ", eager"))
         n = max(update_batches)
-        slots = torch.randint(0, capacity, (n,), generator=g).to(DEVICE)
-        slots[n // 2:] = slots[: n - n // 2]  # every slot of the second half repeated
-        prio = (torch.rand(n, generator=g, dtype=torch.float64) * 10).to(DEVICE)
-        for b in (dev_buf, tri_buf):
-            b.update_priority(slots, prio)
+        for _ in range(2 if graphs else 1):  # with a graph: captured, then replayed on new inputs
+            slots = torch.randint(0, capacity, (n,), generator=g).to(DEVICE)
+            slots[n // 2:] = slots[: n - n // 2]  # every slot of the second half repeated
+            prio = (torch.rand(n, generator=g, dtype=torch.float64) * 10).to(DEVICE)
+            for b in (dev_buf, tri_buf):
+                b.update_priority(slots, prio)
         check(checks, f"{tag} update_priority {n} with repeats: triton ({path}) trees == device trees",
               lambda: trees_equal(dev_buf, tri_buf))
         _, info = dev_buf.sample(n)
@@ -235,7 +239,7 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         check(checks, f"{tag} update_priority {n} with stale generations: triton ({path}) trees == "
                       "device trees",
               lambda: trees_equal(dev_buf, tri_buf))
-    triton_tree.FUSED, last_writes.NARROW_KEYS = True, True
+    triton_tree.FUSED, last_writes.NARROW_KEYS, update_graph.GRAPHS = True, True, True
     for batch in sample_batches:
         check(checks, f"{tag} sample {batch}, generator on the GPU: triton's one-launch sample == its "
                       "per-op path (indices; weights within one float32 ulp)",
@@ -299,13 +303,14 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         leaves = slots + st.size
         floor_a, floor_b = torch.zeros_like(st.nodes), torch.zeros_like(mt.nodes)
 
-        def set_fused(fused, fn, narrow=True):
+        def set_fused(fused, fn, narrow=True, graphs=None):
             def run():
+                update_graph.GRAPHS = fused if graphs is None else graphs  # the per-level path: eager
                 triton_tree.FUSED, last_writes.NARROW_KEYS = fused, narrow
                 try:
                     return fn()
                 finally:
-                    triton_tree.FUSED, last_writes.NARROW_KEYS = True, True
+                    triton_tree.FUSED, last_writes.NARROW_KEYS, update_graph.GRAPHS = True, True, True
             return run
 
         cases[f"update_priority {batch} | floor: index_copy_ leaves (2 trees)"] = timed(
@@ -317,8 +322,10 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
             cases[f"update_priority {batch} | {name}: trees only"] = timed(
                 lambda s=slots, v=value, lo=low, fused=fused: triton_tree.update_trees(
                     [st, mt], s, [v, lo], None, fused=fused))
-        cases[f"update_priority {batch} | triton single launch, int64 sort keys (before)"] = timed(
-            set_fused(True, lambda s=slots, p=prio: tri_buf.update_priority(s, p), narrow=False))
+        cases[f"update_priority {batch} | triton single launch, eager (no CUDA graph)"] = timed(
+            set_fused(True, lambda s=slots, p=prio: tri_buf.update_priority(s, p), graphs=False))
+        cases[f"update_priority {batch} | triton single launch, eager, int64 sort keys (before)"] = timed(
+            set_fused(True, lambda s=slots, p=prio: tri_buf.update_priority(s, p), narrow=False, graphs=False))
         cases[f"update_priority {batch} | triton single launch, int64 sort keys (before): trees only"] = timed(
             set_fused(True, lambda s=slots, v=value, lo=low: triton_tree.update_trees([st, mt], s, [v, lo], None),
                       narrow=False))

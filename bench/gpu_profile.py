@@ -5,11 +5,12 @@
 Needs CUDA (``--device cpu``: a dry run in Triton's interpreter, tiny sizes). On one
 buffer (the rows and priorities of ``bench.gpu_bench``) it
 
-1. profiles ``update_priority`` and ``sample`` (a generator on the GPU) with
+1. profiles ``update_priority`` (its graph, ``update_graph``, and eager) and
+   ``sample`` (a generator on the GPU) with
    ``torch.profiler``: the kernels of 20 calls, their count and GPU time per call,
    against each call's wall time; the difference is host work (Python, checks,
    launches, the synchronisation);
-2. measures the most a CUDA graph could save: each operation's part after its
+2. measures what a CUDA graph saves: each operation's part after its
    host synchronisation (the update: the transform and the trees; the sample: the
    descent kernel, the weights, the rows' gather and the generations; the draw
    stays outside) captured once and replayed, against the same part run
@@ -41,13 +42,15 @@ from bench.gpu_bench import build, drawing_on, fill, sync, timed
 
 
 def kernels(prof, calls: int) -> dict:
-    """Per call: the launches and copies the host issued (the CUDA API calls that name
-    them) and the GPU time of the device's own events (self times: nothing counted twice)."""
+    """Per call: the launches, graph launches and copies the host issued (the CUDA API
+    calls that name them) and the GPU time of the device's own rows (kernels, copies,
+    sets: the operators' rows hold the same time again and are left out)."""
     issued, busy = 0, 0.0
     for row in prof.key_averages():
-        if any(word in row.key for word in ("LaunchKernel", "Memcpy", "Memset")):
+        if getattr(row, "device_type", None) == torch.autograd.DeviceType.CUDA:
+            busy += getattr(row, "self_device_time_total", 0.0) or 0.0
+        elif any(word in row.key for word in ("Launch", "Memcpy", "Memset")):
             issued += row.count
-        busy += getattr(row, "self_device_time_total", 0.0) or 0.0
     return {"launches_and_copies_per_call": issued / calls, "gpu_us_per_call": busy / calls}
 
 
@@ -71,6 +74,19 @@ def profiled(name: str, fn, lines: list, calls: int = 20) -> dict:
         table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30)
     lines += [f"## {name}: {stats}", "", table, ""]
     return stats
+
+
+def eager(fn):
+    """``fn`` with ``update_graph.GRAPHS`` off (the update's eager path)."""
+    from rbcheck.variants import update_graph
+
+    def run():
+        update_graph.GRAPHS = False
+        try:
+            return fn()
+        finally:
+            update_graph.GRAPHS = True
+    return run
 
 
 def capture(tail):
@@ -107,10 +123,10 @@ def update_ceiling(buf, slots, prio, other) -> dict:
         torch.add(raw, sampler.eps, out=value).pow_(sampler.alpha)
         update_pair(sampler.sum_tree, sampler.min_tree, index, value)
 
-    buf.update_priority(slots, prio)
+    eager(lambda: buf.update_priority(slots, prio))()
     want = sampler.sum_tree.nodes.clone(), sampler.min_tree.nodes.clone()
     graph = capture(tail)
-    buf.update_priority(slots, other)  # other leaves: the replay must write them back
+    eager(lambda: buf.update_priority(slots, other))()  # other leaves: the replay must write them back
     graph.replay()
     sync()
     same = bool(torch.equal(sampler.sum_tree.nodes, want[0]) and torch.equal(sampler.min_tree.nodes, want[1]))
@@ -119,7 +135,8 @@ def update_ceiling(buf, slots, prio, other) -> dict:
         index.copy_(slots)
         raw.copy_(prio)
         graph.replay()
-    result = interleaved({"whole update_priority (eager)": timed(lambda: buf.update_priority(slots, prio)),
+    result = interleaved({"whole update_priority (graph)": timed(lambda: buf.update_priority(slots, prio)),
+                          "whole update_priority (eager)": timed(eager(lambda: buf.update_priority(slots, prio))),
                           "after the checks, eager": timed(tail), "after the checks, graph replay": timed(replay)})
     return {"replay leaves the eager trees": same, **result}
 
@@ -186,6 +203,8 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     step(out, lines, "profile: update_priority", lambda: profiled(
         "update_priority", lambda: buf.update_priority(slots, prio), lines))
+    step(out, lines, "profile: update_priority, no graph", lambda: profiled(
+        "update_priority, no graph", eager(lambda: buf.update_priority(slots, prio)), lines))
     step(out, lines, "profile: sample, generator on the GPU", lambda: profiled(
         "sample", lambda: drawing_on(buf, gpu_gen, batch), lines))
     if args.device == "cuda":  # graphs need CUDA

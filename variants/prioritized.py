@@ -34,7 +34,9 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
   one host synchronisation (``_update_one_sync``: index range, priorities
   finite and >= 0, no overflowing transform, from four reductions) instead
   of one per check; on any failure the full path runs and raises the
-  reference's error, nothing changed before.
+  reference's error, nothing changed before. With the ``triton`` backend on
+  CUDA the rest (transform and trees) replays a CUDA graph per batch size
+  (``update_graph``).
 
 Cost: ``on_write`` / ``update_priority`` O(k log k + k log capacity);
 ``sample`` O(B log capacity) plus one host read of (total, min).
@@ -61,6 +63,7 @@ from rbcheck.variants.device_storage import TensorPool, resolved
 from rbcheck.variants.device_storage import check_index_fast as check_index
 from rbcheck.variants.native import torch_pow
 from rbcheck.variants.random_sampler import draw_into
+from rbcheck.variants.update_graph import graphed_store
 from rbcheck.variants.vector_tree import (
     VectorMinTree,
     VectorSumTree,
@@ -138,6 +141,9 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         transform ``load_state_dict`` checks): no transform overflows here. ``high``:
         ``max(raw)`` already read on the host (no ``keep``), which spares a reduction."""
         if not len(index):
+            return
+        if high is not None and graphed_store(self, index, raw):  # CUDA, triton: one graph replay
+            self._max_priority = torch.clamp(self._max_priority, min=high)
             return
         value = workspace(self.work, "value", (len(index),), torch.float64, raw.device)
         torch.add(raw, self.eps, out=value).pow_(self.alpha)  # == (raw + eps) ** alpha, no allocation

@@ -185,3 +185,55 @@ def test_update_priority_on_cuda_reads_its_checks_in_one_sync(backend, monkeypat
     ref.update_priority(index, new)
     assert torch.equal(var.sampler.sum_tree.nodes.cpu(), ref.sampler.sum_tree.nodes)
     assert torch.equal(var.sampler.min_tree.nodes.cpu(), ref.sampler.min_tree.nodes)
+
+
+def test_triton_update_on_cuda_replays_a_graph_and_keeps_the_reference_trees(tmp_path, monkeypatch):
+    """exact (alpha=1, eps=0: no pow): the triton sampler's checked ``update_priority`` on
+    CUDA replays one CUDA graph per batch size (``update_graph``) with new indices and
+    priorities every call, and leaves the reference's trees and max priority each time:
+    sizes captured and replayed, one evicted past ``LIMIT``, the trees replaced by a load
+    (their graphs go with them), and an update with generations (eager, no graph)."""
+    from rbcheck.variants import update_graph
+
+    ref, var = make("triton", 1000, 1.0, 0.0)
+    g = torch.Generator().manual_seed(5)
+    prio = torch.rand(1000, generator=g) * 3
+    ref.extend(batch(1000, 0, prio))
+    var.extend(batch(1000, 0, prio).to("cuda"))
+
+    def same():
+        assert torch.equal(var.sampler.sum_tree.nodes.cpu(), ref.sampler.sum_tree.nodes)
+        assert torch.equal(var.sampler.min_tree.nodes.cpu(), ref.sampler.min_tree.nodes)
+        assert var.sampler.max_priority == ref.sampler.max_priority
+
+    def update(k, scale=5.0):
+        index = torch.randint(0, 1000, (k,), generator=g)
+        new = torch.rand(k, generator=g, dtype=torch.float64) * scale
+        ref.update_priority(index, new)
+        var.update_priority(index.cuda(), new.cuda())
+        same()
+
+    for _ in range(3):  # the first call of a size captures, the next ones replay
+        update(64)
+        update(700, scale=9.0)
+    graphs = var.sampler.sum_tree._update_graphs
+    assert sorted(key[0] for key in graphs) == [64, 700]
+    monkeypatch.setattr(update_graph, "LIMIT", 2)
+    update(33)
+    assert sorted(key[0] for key in graphs) == [33, 700]  # 64 was the least recently used
+    update(64, scale=0.5)  # captured again; a max priority that does not rise
+    _, info = ref.sample(256)
+    var.sample(256)
+    new = torch.rand(256, generator=g, dtype=torch.float64) * 5
+    ref.update_priority(info["index"], new, generation=info["generation"])
+    var.update_priority(info["index"].cuda(), new.cuda(), generation=info["generation"].cuda())
+    same()
+    ref.dumps(tmp_path / "ckpt")
+    var.loads(tmp_path / "ckpt")
+    assert not hasattr(var.sampler.sum_tree, "_update_graphs")  # new trees, no stale graph
+    for _ in range(2):
+        update(64)
+    monkeypatch.setattr(update_graph, "GRAPHS", False)
+    var.sampler.sum_tree._update_graphs.clear()
+    update(64)
+    assert not var.sampler.sum_tree._update_graphs  # off: eager, nothing captured

@@ -11,8 +11,9 @@ uniform in [0, 10)), checks before timing that
 
 * a batch of updates with repeated slots, then one with stale generations
   (the masked path), leaves the triton trees (single launch from a CUDA graph,
-  per-level, single launch with int64 sort keys, single launch eager) bit-identical to the device variant's (both use torch's pow on CUDA for
-  the stored values, so the leaves are the same bits);
+  per-level, single launch eager) bit-identical to the device variant's
+  (both use torch's pow on CUDA for the stored values, so the leaves are the
+  same bits);
 * both sample the same indices from the same generator state, and with
   twin generators on the GPU the indices of the reference's draw;
 
@@ -33,9 +34,8 @@ calls of:
 * ``update_priority`` of a batch of random slots (the same every call:
   idempotent), with its checks read back in one synchronisation (the
   default off the CPU) and one by one (the full path), replayed from a CUDA
-  graph (the default, ``update_graph``) and eager, with its sort keys as
-  int32 (the default) and as int64 (before), the tree update alone (``update_trees`` / ``update_pair``
-  on values already transformed), the stable sort alone on either key type, and the floor:
+  graph (the default, ``update_graph``) and eager, the tree update alone
+  (``update_trees`` / ``update_pair`` on values already transformed), and the floor:
   ``index_copy_`` of the batch's leaves into two float64 trees.
 
 After timing, the trees of the two variants must still be equal. Writes
@@ -200,7 +200,7 @@ def check(results: list, what: str, fn) -> bool:
 
 
 def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict, deadline: float) -> None:
-    from rbcheck.variants import last_writes, triton_tree, update_graph
+    from rbcheck.variants import triton_tree, update_graph
     from rbcheck.variants.vector_tree import find_prefix_torch, update_pair
 
     capacity = 1 << log2
@@ -214,11 +214,9 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
     tag = f"2^{log2}"
 
     # correctness before speed: updates with repeats, then stale generations (masked)
-    for fused, narrow, graphs in ((True, True, True), (False, True, False), (True, False, False),
-                                  (True, True, False)):
-        triton_tree.FUSED, last_writes.NARROW_KEYS, update_graph.GRAPHS = fused, narrow, graphs
-        path = (("single launch" if fused else "per-level") + ("" if narrow else ", int64 sort keys")
-                + (", CUDA graph" if graphs else ", eager"))
+    for fused, graphs in ((True, True), (False, False), (True, False)):
+        triton_tree.FUSED, update_graph.GRAPHS = fused, graphs
+        path = ("single launch" if fused else "per-level") + (", CUDA graph" if graphs else ", eager")
         n = max(update_batches)
         for _ in range(2 if graphs else 1):  # with a graph: captured, then replayed on new inputs
             slots = torch.randint(0, capacity, (n,), generator=g).to(DEVICE)
@@ -239,7 +237,7 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         check(checks, f"{tag} update_priority {n} with stale generations: triton ({path}) trees == "
                       "device trees",
               lambda: trees_equal(dev_buf, tri_buf))
-    triton_tree.FUSED, last_writes.NARROW_KEYS, update_graph.GRAPHS = True, True, True
+    triton_tree.FUSED, update_graph.GRAPHS = True, True
     for batch in sample_batches:
         check(checks, f"{tag} sample {batch}, generator on the GPU: triton's one-launch sample == its "
                       "per-op path (indices; weights within one float32 ulp)",
@@ -303,14 +301,14 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         leaves = slots + st.size
         floor_a, floor_b = torch.zeros_like(st.nodes), torch.zeros_like(mt.nodes)
 
-        def set_fused(fused, fn, narrow=True, graphs=None):
+        def set_fused(fused, fn, graphs=None):
             def run():
                 update_graph.GRAPHS = fused if graphs is None else graphs  # the per-level path: eager
-                triton_tree.FUSED, last_writes.NARROW_KEYS = fused, narrow
+                triton_tree.FUSED = fused
                 try:
                     return fn()
                 finally:
-                    triton_tree.FUSED, last_writes.NARROW_KEYS, update_graph.GRAPHS = True, True, True
+                    triton_tree.FUSED, update_graph.GRAPHS = True, True
             return run
 
         cases[f"update_priority {batch} | floor: index_copy_ leaves (2 trees)"] = timed(
@@ -324,14 +322,6 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
                     [st, mt], s, [v, lo], None, fused=fused))
         cases[f"update_priority {batch} | triton single launch, eager (no CUDA graph)"] = timed(
             set_fused(True, lambda s=slots, p=prio: tri_buf.update_priority(s, p), graphs=False))
-        cases[f"update_priority {batch} | triton single launch, eager, int64 sort keys (before)"] = timed(
-            set_fused(True, lambda s=slots, p=prio: tri_buf.update_priority(s, p), narrow=False, graphs=False))
-        cases[f"update_priority {batch} | triton single launch, int64 sort keys (before): trees only"] = timed(
-            set_fused(True, lambda s=slots, v=value, lo=low: triton_tree.update_trees([st, mt], s, [v, lo], None),
-                      narrow=False))
-        for narrow in (True, False):
-            cases[f"update_priority {batch} | the sort alone, {'int32' if narrow else 'int64'} keys"] = timed(
-                lambda s=slots, narrow=narrow: torch.sort(s.to(torch.int32) if narrow else s, stable=True))
 
         def checks_one_by_one(fn, sampler=tri_buf.sampler):
             def run():

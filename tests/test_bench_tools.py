@@ -302,7 +302,7 @@ def test_gpu_scripts_run_dry_on_the_cpu(tmp_path):
         gpu_bench.DEVICE = "cuda"
     bench = json.loads((tmp_path / "gpu_bench.json").read_text())
     assert bench["checks"] and all(c["ok"] for c in bench["checks"]) and not bench["errors"]
-    assert any("int64 sort keys" in c["case"] for c in bench["cases"])
+    assert any("eager (no CUDA graph)" in c["case"] for c in bench["cases"])
     profile = json.loads((tmp_path / "gpu_profile.json").read_text())
     assert profile["profile: update_priority"]["wall_median_us"] > 0
     assert profile["profile: sample, generator on the GPU"]["wall_median_us"] > 0

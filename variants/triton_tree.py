@@ -9,8 +9,7 @@ Contract
   in registers, so it gives the reference's leaves for the same masses.
 * ``update_trees(trees, index, values, mask)`` (one or two trees, updated
   together), by default (``FUSED``) ONE launch after one stable sort in torch
-  (``key = index``, or ``2 * index + mask``; int32 keys for trees of at most
-  2**29 leaves, ``last_writes.narrow_keys``): the sorted positions are cut
+  (``key = index``, or ``2 * index + mask``): the sorted positions are cut
   into the subtrees rooted at depth ``TOP_LOG`` (no node below that depth
   lies in two of them); a subtree belongs to the program whose block of
   sorted positions holds its first one, and that program alone writes its
@@ -59,7 +58,7 @@ import os
 
 import torch
 
-from rbcheck.variants.last_writes import last_writes, narrow_keys
+from rbcheck.variants.last_writes import last_writes
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -360,7 +359,7 @@ def update_trees(trees, index: torch.Tensor, values, mask=None, block: int | Non
         _update_fused(trees, index, values, mask, block or 256)
         return
     block = block or 1024
-    order, win = last_writes(index, mask, trees[0].size)
+    order, win = last_writes(index, mask)
     index = index.index_select(0, order).contiguous()
     win = win.to(torch.int8)
     a, b = trees[0], trees[-1]
@@ -395,8 +394,7 @@ def _update_fused(trees, index: torch.Tensor, values, mask, block: int) -> None:
     k = len(index)
     if not k:
         return
-    key = narrow_keys(index, a.size)  # int32 below 2**29 leaves: the sort's radix passes halve
-    key = key if mask is None else key * 2 + mask.to(key.dtype)
+    key = index if mask is None else index * 2 + mask.long()
     key, order = torch.sort(key, stable=True)
     cut = min(TOP_LOG, a.depth)
     a_val = values[0].contiguous()

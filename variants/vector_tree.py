@@ -278,7 +278,7 @@ def apply_updates(trees, index: torch.Tensor, values, mask=None, try_native=True
 def apply_updates_torch(trees, index: torch.Tensor, values, mask=None) -> None:
     """``apply_updates`` with torch ops only (the fallback and the native path's check)."""
     first = trees[0]
-    order, is_last = last_writes(index, mask, first.size)
+    order, is_last = last_writes(index, mask)
     keep = order[is_last]  # positions of the winning entries, sorted by index
     node = index.index_select(0, keep) + first.size
     for tree, value in zip(trees, values, strict=True):

@@ -19,7 +19,6 @@ if triton_tree.UNAVAILABLE is not None:  # pragma: no cover - depends on the ins
     pytest.skip(f"unavailable: triton: {triton_tree.UNAVAILABLE}", allow_module_level=True)
 
 from rbcheck import variants  # noqa: E402
-from rbcheck.variants import last_writes as last_writes_module  # noqa: E402
 from rbcheck.variants.vector_tree import find_prefix_torch  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -58,20 +57,19 @@ def test_update_kernel_builds_the_reference_trees(capacity, seed, k):
 @small
 @given(capacity=st.integers(1, 70), seed=st.integers(0, 2**16), k=st.integers(1, 40),
        top_log=st.sampled_from([1, 2, 3, triton_tree.TOP_LOG]), fused=st.booleans(),
-       block=st.sampled_from([2, None]), narrow=st.booleans())
-def test_paired_update_kernels_build_the_reference_trees(capacity, seed, k, top_log, fused, block, narrow):
+       block=st.sampled_from([2, None]))
+def test_paired_update_kernels_build_the_reference_trees(capacity, seed, k, top_log, fused, block):
     """exact: both trees updated together (the sampler's path), with the top
     of the tree recomputed whole from any cut (``TOP_LOG``), by the single
     launch (``fused``; block 2: subtrees whose positions run over several
     blocks) or by the per-level launches below the cut and the whole-level
-    program above it, from int32 or int64 sort keys (``narrow``): both trees
-    bit-identical to the reference's."""
+    program above it: both trees bit-identical to the reference's."""
     g = torch.Generator().manual_seed(seed)
     ref_sum, ref_min = reference.SumTree(capacity), reference.MinTree(capacity)
     sums = variants.VectorSumTree(capacity, DEVICE, backend="triton")
     mins = variants.VectorMinTree(capacity, DEVICE, backend="triton")
-    saved = triton_tree.TOP_LOG, last_writes_module.NARROW_KEYS
-    triton_tree.TOP_LOG, last_writes_module.NARROW_KEYS = top_log, narrow
+    saved = triton_tree.TOP_LOG
+    triton_tree.TOP_LOG = top_log
     try:
         for index, value, mask, kept in random_updates(g, capacity, k):
             if len(kept):
@@ -83,21 +81,7 @@ def test_paired_update_kernels_build_the_reference_trees(capacity, seed, k, top_
             assert torch.equal(sums.nodes.cpu(), ref_sum.nodes), f"sum tree, top_log={top_log}"
             assert torch.equal(mins.nodes.cpu(), ref_min.nodes), f"min tree, top_log={top_log}"
     finally:
-        triton_tree.TOP_LOG, last_writes_module.NARROW_KEYS = saved
-
-
-def test_sort_keys_are_int32_only_where_every_key_fits():
-    """The update's keys (``index``, ``2 * index + 1``, ``index + size`` in the kernels)
-    are sorted as int32 up to 2**29 leaves, where the largest of them is below 2**31,
-    and as int64 above; the switch off keeps int64 everywhere."""
-    top = torch.tensor([2**29 - 1])
-    narrow = last_writes_module.narrow_keys(top, 2**29)
-    assert narrow.dtype == torch.int32 and int(narrow) == 2**29 - 1
-    assert max(2 * (2**29 - 1) + 1, (2**29 - 1) + 2**29) < 2**31
-    assert last_writes_module.narrow_keys(top, 2**30).dtype == torch.int64
-    order, is_last = last_writes_module.last_writes(torch.tensor([5, 3, 5, 3]), size=8)
-    assert order.dtype == torch.int64 and order.tolist() == [1, 3, 0, 2]
-    assert is_last.tolist() == [False, True, False, True]
+        triton_tree.TOP_LOG = saved
 
 
 @small

@@ -69,6 +69,7 @@ from rbcheck.variants.vector_tree import (
     VectorSumTree,
     find_prefix,
     interpreting,
+    kept,
     place,
     update_pair,
     workspace,
@@ -216,11 +217,9 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
                 or (self.backend == "triton" and interpreting()) \
                 or not native.usable(index, priority, self.sum_tree.raw_nodes, self.min_tree.raw_nodes):
             return False
-        spaces = self.work.get(("update", len(index)))  # (value, high): this size's workspaces
-        if spaces is None:
-            spaces = self.work[("update", len(index))] = (torch.empty(len(index), dtype=torch.float64),
-                                                          torch.empty(1, dtype=torch.float64))
-        value, high = spaces
+        n = len(index)
+        value, high = kept(self.work, ("update", n),  # this size's workspaces
+                           lambda: (torch.empty(n, dtype=torch.float64), torch.empty(1, dtype=torch.float64)))
         c_pow = torch_pow.in_c(len(index), self.alpha)  # the pow in C, as torch's
         if first is None and c_pow:  # every step below in one C call
             if native.update_whole(index, self.capacity, priority, self.eps, value, self._max_priority, high,

@@ -185,14 +185,29 @@ def find_prefix_native(nodes: torch.Tensor, mass: torch.Tensor, size: int, index
     return out_index, out_leaf
 
 
+#: Temporaries kept in one ``work`` dict (one per name, shape, dtype and device): past this
+#: many, the dict is emptied and refilled on demand, so a caller that cycles through many
+#: batch sizes does not keep a set of buffers per size for good.
+WORK_LIMIT = 64
+
+
+def kept(work: dict, key, make):
+    """``work[key]``, made by ``make()`` when absent (emptying ``work`` first when it holds
+    ``WORK_LIMIT`` entries: a temporary in use stays alive through its caller's reference)."""
+    found = work.get(key)
+    if found is None:
+        if len(work) >= WORK_LIMIT:
+            work.clear()
+        found = work[key] = make()
+    return found
+
+
 def workspace(work: dict | None, name: str, shape, dtype, device) -> torch.Tensor:
     """A temporary kept in ``work`` between calls (allocated if absent or mis-shaped)."""
     if work is None:
         return torch.empty(shape, dtype=dtype, device=device)
-    key = (name, tuple(shape), dtype, torch.device(device))
-    if key not in work:
-        work[key] = torch.empty(shape, dtype=dtype, device=device)
-    return work[key]
+    return kept(work, (name, tuple(shape), dtype, torch.device(device)),
+                lambda: torch.empty(shape, dtype=dtype, device=device))
 
 
 def find_prefix_torch(nodes: torch.Tensor, mass: torch.Tensor, size: int, index=None, leaf=None,

@@ -377,3 +377,27 @@ def test_same_device_reads_cuda_as_the_current_cuda_device(monkeypatch):
     assert same_device("cuda", "cuda:1") and same_device(torch.device("cuda:1"), "cuda")
     assert not same_device("cuda", "cuda:0") and not same_device("cuda", "cpu")
     assert same_device("cpu", torch.device("cpu"))
+
+
+def test_temporaries_stay_bounded_across_many_batch_sizes():
+    """exact: a caller cycling through 150 batch sizes (updates on the C path, and with
+    generations on the torch path) leaves the reference's trees, while the sampler keeps at
+    most ``WORK_LIMIT`` temporaries, not a set per size for good."""
+    from rbcheck.variants.vector_tree import WORK_LIMIT
+
+    capacity = 300
+    ref = reference.PrioritizedSampler(capacity, 0.6, 0.4)
+    var = variants.PrioritizedSampler(capacity, 0.6, 0.4)
+    g = torch.Generator().manual_seed(3)
+    for n in range(1, 151):
+        index = torch.randint(0, capacity, (n,), generator=g)
+        prio = torch.rand(n, generator=g, dtype=torch.float64) * 4
+        ref.update_priority(index, prio)
+        var.update_priority(index, prio)
+        generation = torch.randint(0, 3, (n,), generator=g)
+        ref.update_priority(index, prio / 2, generation=generation, current_generation=generation.clone())
+        var.update_priority(index, prio / 2, generation=generation, current_generation=generation.clone())
+        assert len(var.work) <= WORK_LIMIT
+    assert torch.equal(var.sum_tree.nodes, ref.sum_tree.nodes)
+    assert torch.equal(var.min_tree.nodes, ref.min_tree.nodes)
+    assert var.max_priority == ref.max_priority

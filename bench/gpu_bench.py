@@ -123,17 +123,25 @@ def same_gpu_draws(dev_buf, tri_buf, batch: int) -> bool:
                for b, g in ((dev_buf, twins[0]), (tri_buf, twins[1])))
 
 
+def switched(fn, module, **flags):
+    """``fn`` run with ``module``'s switches set to ``flags`` (each back to True after:
+    every switch of these modules is on by default)."""
+    def run():
+        for name, value in flags.items():
+            setattr(module, name, value)
+        try:
+            return fn()
+        finally:
+            for name in flags:
+                setattr(module, name, True)
+    return run
+
+
 def per_op(fn):
     """``fn`` run with the triton sampler's earlier per-op path (``SAMPLE_FUSED = False``)."""
     from rbcheck.variants import triton_tree
 
-    def run():
-        triton_tree.SAMPLE_FUSED = False
-        try:
-            return fn()
-        finally:
-            triton_tree.SAMPLE_FUSED = True
-    return run
+    return switched(fn, triton_tree, SAMPLE_FUSED=False)
 
 
 def same_fused_sample(tri_buf, batch: int) -> bool:
@@ -301,15 +309,9 @@ def one_capacity(log2: int, sample_batches, update_batches, reps: int, out: dict
         leaves = slots + st.size
         floor_a, floor_b = torch.zeros_like(st.nodes), torch.zeros_like(mt.nodes)
 
-        def set_fused(fused, fn, graphs=None):
-            def run():
-                update_graph.GRAPHS = fused if graphs is None else graphs  # the per-level path: eager
-                triton_tree.FUSED = fused
-                try:
-                    return fn()
-                finally:
-                    triton_tree.FUSED, update_graph.GRAPHS = True, True
-            return run
+        def set_fused(fused, fn, graphs=None):  # the per-level path runs eagerly
+            return switched(switched(fn, triton_tree, FUSED=fused), update_graph,
+                            GRAPHS=fused if graphs is None else graphs)
 
         cases[f"update_priority {batch} | floor: index_copy_ leaves (2 trees)"] = timed(
             lambda leaves=leaves, value=value, low=low, fa=floor_a, fb=floor_b: (

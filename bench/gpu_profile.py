@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from bench import gpu_bench
-from bench.gpu_bench import build, drawing_on, fill, sync, timed
+from bench.gpu_bench import build, drawing_on, fill, switched, sync, timed
 
 
 def kernels(prof, calls: int) -> dict:
@@ -80,13 +80,7 @@ def eager(fn):
     """``fn`` with ``update_graph.GRAPHS`` off (the update's eager path)."""
     from rbcheck.variants import update_graph
 
-    def run():
-        update_graph.GRAPHS = False
-        try:
-            return fn()
-        finally:
-            update_graph.GRAPHS = True
-    return run
+    return switched(fn, update_graph, GRAPHS=False)
 
 
 def capture(tail):

@@ -171,19 +171,23 @@ class TensorPool:
     whose memory no live tensor outside the pool shares (checked with the
     storage's reference count), or a new tensor (kept for reuse, up to
     ``per_key`` of them). Without the reference count (another torch), every
-    call allocates: correct, only slower.
+    call allocates: correct, only slower. At most ``max_keys`` keys (a key per
+    name and shape: a caller cycling through batch sizes adds one each) are
+    kept: past that the pool forgets them all and starts again (tensors
+    handed out stay valid: the caller holds them).
     """
 
-    def __init__(self, per_key: int = 4):
-        self.per_key = per_key
+    def __init__(self, per_key: int = 4, max_keys: int = 64):
+        self.per_key, self.max_keys = per_key, max_keys
         self.slots: dict = {}
         self.lock = threading.Lock()
 
-    def __getstate__(self) -> dict:
-        return {"per_key": self.per_key, "slots": self.slots}  # a copy or a pickle gets its own lock
+    def __getstate__(self) -> dict:  # a copy or a pickle gets its own lock
+        return {"per_key": self.per_key, "max_keys": self.max_keys, "slots": self.slots}
 
     def __setstate__(self, state: dict) -> None:
         self.per_key, self.slots, self.lock = state["per_key"], state["slots"], threading.Lock()
+        self.max_keys = state.get("max_keys", 64)
 
     @staticmethod
     def _count(tensor: torch.Tensor) -> int:
@@ -218,7 +222,12 @@ class TensorPool:
         ``detach``, so without it two threads sampling at once could both find the same
         tensor free and gather their rows into the same memory)."""
         with self.lock:
-            slot = self.slots.setdefault((key, tuple(shape), dtype, torch.device(device)), [])
+            full = (key, tuple(shape), dtype, torch.device(device))
+            slot = self.slots.get(full)
+            if slot is None:
+                if len(self.slots) >= self.max_keys:
+                    self.slots.clear()
+                slot = self.slots[full] = []
             for tensor in slot:
                 if self._free(tensor):
                     return tensor.detach()  # a new alias: holding it marks the memory as used

@@ -456,6 +456,22 @@ def test_the_pool_never_hands_one_tensor_to_two_threads():
     assert not clashes, f"{len(clashes)} tensors were handed to a second thread while held"
 
 
+def test_the_pool_keeps_a_bounded_number_of_sizes_and_never_reuses_a_held_tensor():
+    """A caller cycling through 150 batch sizes: the pool keeps at most ``max_keys`` keys
+    (it forgets them all past that), a tensor handed out before a forget keeps its values,
+    and a held tensor is never handed out again, before or after."""
+    pool = TensorPool(max_keys=16)
+    first = pool.take("index", (1,), torch.long, "cpu").fill_(7)
+    for n in range(2, 152):
+        out = pool.take("index", (n,), torch.long, "cpu")
+        assert out.data_ptr() != first.data_ptr()
+        out.fill_(n)
+        assert len(pool.slots) <= 16
+    assert first.tolist() == [7]
+    again = pool.take("index", (1,), torch.long, "cpu")
+    assert again.data_ptr() != first.data_ptr()
+
+
 @pytest.mark.parametrize("priority", [[1.0, float("nan")], [1.0, float("inf")], [-1.0, 2.0]])
 def test_priority_and_index_checks_keep_the_reference_messages(priority):
     sampler = variants.PrioritizedSampler(4, 0.6, 0.4)

@@ -83,20 +83,6 @@ def eager(fn):
     return switched(fn, update_graph, GRAPHS=False)
 
 
-def capture(tail):
-    """A CUDA graph of ``tail`` (three warm-up calls on a side stream first, as torch asks)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            tail()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        tail()
-    return graph
-
-
 def interleaved(cases: dict, reps: int = 60) -> dict:
     times = {name: [] for name in cases}
     for _ in range(reps):
@@ -107,19 +93,18 @@ def interleaved(cases: dict, reps: int = 60) -> dict:
 
 def update_ceiling(buf, slots, prio, other) -> dict:
     """The update's part after its checks, eager against a replayed graph (two copies in)."""
-    from rbcheck.variants.vector_tree import update_pair
+    from rbcheck.variants.update_graph import capture, transform_and_update
 
     sampler = buf.sampler
     index, raw = slots.clone(), prio.clone()
     value = torch.empty_like(raw)
 
     def tail():
-        torch.add(raw, sampler.eps, out=value).pow_(sampler.alpha)
-        update_pair(sampler.sum_tree, sampler.min_tree, index, value)
+        transform_and_update(sampler, index, raw, value)
 
     eager(lambda: buf.update_priority(slots, prio))()
     want = sampler.sum_tree.nodes.clone(), sampler.min_tree.nodes.clone()
-    graph = capture(tail)
+    graph = capture(tail, index.device)
     eager(lambda: buf.update_priority(slots, other))()  # other leaves: the replay must write them back
     graph.replay()
     sync()
@@ -138,6 +123,7 @@ def update_ceiling(buf, slots, prio, other) -> dict:
 def sample_ceiling(buf, batch: int, generator) -> dict:
     """The sample's part after its synchronisation and draw, eager against a replayed graph."""
     from rbcheck.variants import triton_tree
+    from rbcheck.variants.update_graph import capture
 
     sampler, st = buf.sampler, buf.sampler.sum_tree
     u = torch.rand(batch, generator=generator, dtype=torch.float64, device=st.nodes.device)
@@ -153,7 +139,7 @@ def sample_ceiling(buf, batch: int, generator) -> dict:
 
     tail()
     want = index.clone()
-    graph = capture(tail)
+    graph = capture(tail, index.device)
     index.zero_()
     graph.replay()
     sync()

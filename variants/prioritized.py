@@ -63,7 +63,7 @@ from rbcheck.variants.device_storage import TensorPool, resolved
 from rbcheck.variants.device_storage import check_index_fast as check_index
 from rbcheck.variants.native import torch_pow
 from rbcheck.variants.random_sampler import draw_into
-from rbcheck.variants.update_graph import graphed_store
+from rbcheck.variants.update_graph import graphed_store, transform_and_update
 from rbcheck.variants.vector_tree import (
     VectorMinTree,
     VectorSumTree,
@@ -71,7 +71,6 @@ from rbcheck.variants.vector_tree import (
     interpreting,
     kept,
     place,
-    update_pair,
     workspace,
 )
 
@@ -143,12 +142,10 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         ``max(raw)`` already read on the host (no ``keep``), which spares a reduction."""
         if not len(index):
             return
-        if high is not None and graphed_store(self, index, raw):  # CUDA, triton: one graph replay
-            self._max_priority = torch.clamp(self._max_priority, min=high)
-            return
-        value = workspace(self.work, "value", (len(index),), torch.float64, raw.device)
-        torch.add(raw, self.eps, out=value).pow_(self.alpha)  # == (raw + eps) ** alpha, no allocation
-        update_pair(self.sum_tree, self.min_tree, index.to(self.device), value, keep)
+        assert high is None or keep is None, "high is max(raw): no entry may be masked out"
+        if high is None or not graphed_store(self, index, raw):  # graphed: CUDA, triton, one replay
+            value = workspace(self.work, "value", (len(index),), torch.float64, raw.device)
+            transform_and_update(self, index.to(self.device), raw, value, keep)
         if high is not None:
             self._max_priority = torch.clamp(self._max_priority, min=high)  # a new tensor, as below
             return

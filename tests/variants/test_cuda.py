@@ -189,10 +189,12 @@ def test_update_priority_on_cuda_reads_its_checks_in_one_sync(backend, monkeypat
 
 def test_triton_update_on_cuda_replays_a_graph_and_keeps_the_reference_trees(tmp_path, monkeypatch):
     """exact (alpha=1, eps=0: no pow): the triton sampler's checked ``update_priority`` on
-    CUDA replays one CUDA graph per batch size (``update_graph``) with new indices and
-    priorities every call, and leaves the reference's trees and max priority each time:
-    sizes captured and replayed, one evicted past ``LIMIT``, the trees replaced by a load
-    (their graphs go with them), and an update with generations (eager, no graph)."""
+    CUDA runs a batch size eagerly the first time, captures a CUDA graph the second
+    (``update_graph``) and replays it after, with new indices and priorities every call,
+    and leaves the reference's trees and max priority each time: sizes captured and
+    replayed, one evicted past ``LIMIT``, tree storage moved (a new graph, never the old
+    memory), the trees replaced by a load (their graphs go with them), an update with
+    generations (eager, no graph), and the switch off (nothing captured)."""
     from rbcheck.variants import update_graph
 
     ref, var = make("triton", 1000, 1.0, 0.0)
@@ -213,27 +215,68 @@ def test_triton_update_on_cuda_replays_a_graph_and_keeps_the_reference_trees(tmp
         var.update_priority(index.cuda(), new.cuda())
         same()
 
-    for _ in range(3):  # the first call of a size captures, the next ones replay
+    def sizes():
+        return sorted(key[0] for key in var.sampler.sum_tree.__dict__.get("_update_graphs", {}))
+
+    update(64)
+    assert sizes() == []  # a first sighting runs eagerly
+    for _ in range(3):  # the second captures, the next ones replay
         update(64)
         update(700, scale=9.0)
-    graphs = var.sampler.sum_tree._update_graphs
-    assert sorted(key[0] for key in graphs) == [64, 700]
+    assert sizes() == [64, 700]
     monkeypatch.setattr(update_graph, "LIMIT", 2)
     update(33)
-    assert sorted(key[0] for key in graphs) == [33, 700]  # 64 was the least recently used
-    update(64, scale=0.5)  # captured again; a max priority that does not rise
+    update(33)
+    assert sizes() == [33, 700]  # 64 was the least recently used
+    update(64, scale=0.5)  # a max priority that does not rise
+    tree = var.sampler.sum_tree
+    tree.nodes = tree.nodes.clone()  # the storage moved: 700's graph must not write the old one
+    update(700)
+    update(700)
+    assert sizes() == [33, 700]  # the graph of the old storage evicted, one of the new made
+    assert [key[1] for key in tree._update_graphs if key[0] == 700] == [tree.raw_nodes.data_ptr()]
     _, info = ref.sample(256)
     var.sample(256)
     new = torch.rand(256, generator=g, dtype=torch.float64) * 5
     ref.update_priority(info["index"], new, generation=info["generation"])
     var.update_priority(info["index"].cuda(), new.cuda(), generation=info["generation"].cuda())
     same()
+    assert 256 not in sizes()
     ref.dumps(tmp_path / "ckpt")
     var.loads(tmp_path / "ckpt")
-    assert not hasattr(var.sampler.sum_tree, "_update_graphs")  # new trees, no stale graph
-    for _ in range(2):
+    assert sizes() == []  # new trees, no stale graph
+    for _ in range(3):
         update(64)
+    assert sizes() == [64]
     monkeypatch.setattr(update_graph, "GRAPHS", False)
     var.sampler.sum_tree._update_graphs.clear()
-    update(64)
-    assert not var.sampler.sum_tree._update_graphs  # off: eager, nothing captured
+    for _ in range(3):
+        update(64)
+    assert sizes() == []  # off: eager, nothing captured
+
+
+def test_triton_update_graph_gives_the_eager_bits_with_a_pow(monkeypatch):
+    """exact: with a real transform (alpha=0.6, eps=1e-6: CUDA's pow, the same in both),
+    updates replayed from CUDA graphs leave the same trees and max priority, bit for bit,
+    as the same updates run eagerly (``update_graph.GRAPHS`` off) on a twin buffer."""
+    from rbcheck.variants import update_graph
+
+    _, graphed = make("triton", 2048, 0.6, 1e-6)
+    _, eager = make("triton", 2048, 0.6, 1e-6)
+    g = torch.Generator().manual_seed(6)
+    prio = torch.rand(2048, generator=g) * 3
+    for buf in (graphed, eager):
+        buf.extend(batch(2048, 0, prio).to("cuda"))
+    for step in range(8):
+        k = (300, 1200)[step % 2]
+        index = torch.randint(0, 2048, (k,), generator=g).cuda()
+        new = (torch.rand(k, generator=g, dtype=torch.float64) * 7).cuda()
+        graphed.update_priority(index, new)
+        monkeypatch.setattr(update_graph, "GRAPHS", False)
+        eager.update_priority(index, new)
+        monkeypatch.setattr(update_graph, "GRAPHS", True)
+        assert torch.equal(graphed.sampler.sum_tree.nodes, eager.sampler.sum_tree.nodes)
+        assert torch.equal(graphed.sampler.min_tree.nodes, eager.sampler.min_tree.nodes)
+        assert graphed.sampler.max_priority == eager.sampler.max_priority
+    assert sorted(key[0] for key in graphed.sampler.sum_tree._update_graphs) == [300, 1200]
+    assert not eager.sampler.sum_tree.__dict__.get("_update_graphs")

@@ -380,9 +380,9 @@ def test_same_device_reads_cuda_as_the_current_cuda_device(monkeypatch):
 
 
 def test_temporaries_stay_bounded_across_many_batch_sizes():
-    """exact: a caller cycling through 150 batch sizes (updates on the C path, and with
-    generations on the torch path) leaves the reference's trees, while the sampler keeps at
-    most ``WORK_LIMIT`` temporaries, not a set per size for good."""
+    """exact: a caller cycling through 150 batch sizes (updates on the one-call C path, and
+    with generations, a third of them stale, on the full path) leaves the reference's trees,
+    while the sampler keeps at most ``WORK_LIMIT`` temporaries, not a set per size for good."""
     from rbcheck.variants.vector_tree import WORK_LIMIT
 
     capacity = 300
@@ -395,8 +395,10 @@ def test_temporaries_stay_bounded_across_many_batch_sizes():
         ref.update_priority(index, prio)
         var.update_priority(index, prio)
         generation = torch.randint(0, 3, (n,), generator=g)
-        ref.update_priority(index, prio / 2, generation=generation, current_generation=generation.clone())
-        var.update_priority(index, prio / 2, generation=generation, current_generation=generation.clone())
+        current = generation.clone()
+        current[::3] += 1  # every third entry's slot was written again since: left out
+        ref.update_priority(index, prio / 2, generation=generation, current_generation=current)
+        var.update_priority(index, prio / 2, generation=generation, current_generation=current)
         assert len(var.work) <= WORK_LIMIT
     assert torch.equal(var.sum_tree.nodes, ref.sum_tree.nodes)
     assert torch.equal(var.min_tree.nodes, ref.min_tree.nodes)

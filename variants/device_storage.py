@@ -61,6 +61,7 @@ from rbcheck.reference.arguments import as_tensor, check_index, check_int
 from rbcheck.reference.storage import TensorStorage, columns
 from rbcheck.reference.writer import RoundRobinWriter, ring_generation
 from rbcheck.variants import native
+from rbcheck.variants.vector_tree import forget_all
 
 
 def check_index_fast(index, high: int, name: str = "index") -> torch.Tensor:
@@ -226,7 +227,7 @@ class TensorPool:
             slot = self.slots.get(full)
             if slot is None:
                 if len(self.slots) >= self.max_keys:
-                    self.slots.clear()
+                    forget_all(self.slots)
                 slot = self.slots[full] = []
             for tensor in slot:
                 if self._free(tensor):

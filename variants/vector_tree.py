@@ -191,13 +191,23 @@ def find_prefix_native(nodes: torch.Tensor, mass: torch.Tensor, size: int, index
 WORK_LIMIT = 64
 
 
+def forget_all(cache: dict) -> None:
+    """Empty ``cache`` (of tensors, tuples or lists of tensors). When one is on CUDA, the
+    device finishes its work first: a kernel on another stream than the one a tensor was
+    allocated on may still use it, and the allocator would hand its memory out again."""
+    if any(isinstance(t, torch.Tensor) and t.is_cuda
+           for value in cache.values() for t in (value if isinstance(value, (tuple, list)) else (value,))):
+        torch.cuda.synchronize()
+    cache.clear()
+
+
 def kept(work: dict, key, make):
     """``work[key]``, made by ``make()`` when absent (emptying ``work`` first when it holds
     ``WORK_LIMIT`` entries: a temporary in use stays alive through its caller's reference)."""
     found = work.get(key)
     if found is None:
         if len(work) >= WORK_LIMIT:
-            work.clear()
+            forget_all(work)
         found = work[key] = make()
     return found
 

@@ -628,3 +628,25 @@ def test_a_build_whose_argument_block_differs_is_refused_by_name(monkeypatch):
     finally:
         native._state.clear()
         native._state.update(saved)
+
+
+def test_forgetting_a_cache_waits_for_the_device_only_when_it_holds_cuda_tensors(monkeypatch):
+    """``forget_all`` (the bounded caches' reset) synchronises the device before dropping a
+    CUDA tensor that a kernel on another stream may still use, and never for CPU tensors
+    (on a machine without CUDA the synchronisation would raise)."""
+    from rbcheck.variants import vector_tree
+
+    calls = []
+    monkeypatch.setattr(vector_tree.torch.cuda, "synchronize", lambda: calls.append(1))
+    cpu = {"a": torch.zeros(2), "b": (torch.zeros(1), torch.zeros(1)), "c": [torch.zeros(1)]}
+    vector_tree.forget_all(cpu)
+    assert cpu == {} and calls == []
+
+    class OnCuda(torch.Tensor):  # a CPU tensor that says it is on CUDA
+        @property
+        def is_cuda(self):
+            return True
+
+    gpu = {"a": torch.zeros(2), "b": [torch.zeros(1).as_subclass(OnCuda)]}
+    vector_tree.forget_all(gpu)
+    assert gpu == {} and calls == [1]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -38,7 +39,7 @@ from pathlib import Path
 import torch
 
 from bench import gpu_bench
-from bench.gpu_bench import build, drawing_on, fill, switched, sync, timed
+from bench.gpu_bench import build, drawing_on, fill, measure, switched, sync, timed
 
 
 def kernels(prof, calls: int) -> dict:
@@ -84,11 +85,12 @@ def eager(fn):
 
 
 def interleaved(cases: dict, reps: int = 60) -> dict:
-    times = {name: [] for name in cases}
-    for _ in range(reps):
-        for name, fn in cases.items():
-            times[name].append(fn())
-    return {name: {"median_us": statistics.median(t) * 1e6, "min_us": min(t) * 1e6} for name, t in times.items()}
+    """``gpu_bench.measure``'s round-robin medians and minima; a case that raises fails the step."""
+    errors: list = []
+    result = measure(cases, reps, errors, deadline=math.inf)
+    if errors:
+        raise RuntimeError(f"cases failed: {errors}")
+    return result
 
 
 def update_ceiling(buf, slots, prio, other) -> dict:

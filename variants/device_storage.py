@@ -61,7 +61,7 @@ from rbcheck.reference.arguments import as_tensor, check_index, check_int
 from rbcheck.reference.storage import TensorStorage, columns
 from rbcheck.reference.writer import RoundRobinWriter, ring_generation
 from rbcheck.variants import native
-from rbcheck.variants.vector_tree import forget_all
+from rbcheck.variants.vector_tree import kept
 
 
 def check_index_fast(index, high: int, name: str = "index") -> torch.Tensor:
@@ -223,12 +223,7 @@ class TensorPool:
         ``detach``, so without it two threads sampling at once could both find the same
         tensor free and gather their rows into the same memory)."""
         with self.lock:
-            full = (key, tuple(shape), dtype, torch.device(device))
-            slot = self.slots.get(full)
-            if slot is None:
-                if len(self.slots) >= self.max_keys:
-                    forget_all(self.slots)
-                slot = self.slots[full] = []
+            slot = kept(self.slots, (key, tuple(shape), dtype, torch.device(device)), list, self.max_keys)
             for tensor in slot:
                 if self._free(tensor):
                     return tensor.detach()  # a new alias: holding it marks the memory as used

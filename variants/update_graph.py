@@ -31,8 +31,9 @@ Contract
   between calls: both would need copies that cost what a graph saves.
 
 Cost: a replay is two copies and one graph launch; profiled on an H200, the whole
-update issues 10 launches and copies with the graph, 35 without; a capture, once per size, costs three eager runs, a device synchronisation
-and the capture itself (which runs nothing). Memory per graph: its inputs and the
+update issues 10 launches and copies with the graph, 35 without; a capture, once per
+size, costs three eager runs, a device synchronisation and the capture itself (which
+runs nothing). Memory per graph: its inputs and the
 transformed values (1.5 MiB at 65536) and its private pool (the min tree's values,
 the sorted keys and order, the sort's scratch: a few MiB at 65536 by their sizes, not
 measured).
@@ -43,6 +44,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import torch
+
+from rbcheck.variants.vector_tree import update_pair
 
 #: ``update_priority``'s checked path on CUDA replays a graph; False: eager (kept to measure).
 GRAPHS = True
@@ -56,8 +59,6 @@ def transform_and_update(sampler, index: torch.Tensor, raw: torch.Tensor, value:
                          keep: torch.Tensor | None = None) -> None:
     """The part of an update after its checks, graphed or not: ``(raw + eps) ** alpha``
     into ``value``, then both trees (entries where ``keep`` is False left out)."""
-    from rbcheck.variants.vector_tree import update_pair
-
     torch.add(raw, sampler.eps, out=value).pow_(sampler.alpha)  # == (raw + eps) ** alpha
     update_pair(sampler.sum_tree, sampler.min_tree, index, value, keep)
 

@@ -201,12 +201,12 @@ def forget_all(cache: dict) -> None:
     cache.clear()
 
 
-def kept(work: dict, key, make):
+def kept(work: dict, key, make, limit: int = WORK_LIMIT):
     """``work[key]``, made by ``make()`` when absent (emptying ``work`` first when it holds
-    ``WORK_LIMIT`` entries: a temporary in use stays alive through its caller's reference)."""
+    ``limit`` entries: a value in use stays alive through its caller's reference)."""
     found = work.get(key)
     if found is None:
-        if len(work) >= WORK_LIMIT:
+        if len(work) >= limit:
             forget_all(work)
         found = work[key] = make()
     return found

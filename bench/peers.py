@@ -91,6 +91,11 @@ BASE = "rbcheck"  # the baseline: rbcheck's `device` variant on the CPU
 DEFAULT_OUT = Path("reports/peers.json")
 DEFAULT_DOC = Path("docs/results/peers.md")
 MIN_REPS = 3
+#: Operations that write or read a whole checkpoint (files of up to hundreds of MiB, an fsync,
+#: fresh memory for what is read): each run times them in a rotation of their own, after the
+#: in-memory operations, so the page cache, allocator and disk work they leave behind is not
+#: timed as part of whichever in-memory call comes next.
+CHECKPOINT_OPS = ("save", "load")
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -997,11 +1002,21 @@ class Bench:
         return lambda: peer.load(target, path)
 
 
+def compared(bench: Bench, op: str) -> bool:
+    """Whether a peer other than rbcheck is timed on ``op`` (else rbcheck's cell has nothing
+    to be compared with and is not timed: it would only disturb the others)."""
+    return any(peer.name != BASE and not peer.why_not(op) for peer in bench.peers)
+
+
 def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -> list[dict]:
-    """Round-robin timing; returns one result dict per (run, op, peer), plus the baselines."""
+    """Round-robin timing; returns one result dict per (run, op, peer), plus the baselines.
+    Each run times the in-memory operations' cells in a shuffled rotation, then
+    ``CHECKPOINT_OPS``' cells in one of their own."""
     results = []
     cells = {}
     for op in bench.ops:
+        if not compared(bench, op):
+            continue
         for name, fn in bench.calls(op).items():
             cells[op, name] = fn
     base_kinds = {}  # (op, prioritized) -> the baseline's callable for that kind
@@ -1022,21 +1037,23 @@ def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -
         times = {key: [] for key in cells}
         spent = dict.fromkeys(cells, 0.0)
         t_run = time.perf_counter()
-        for rep in range(reps):
-            order = list(cells.items())
-            # a new order each repetition: the call before a cell is any other cell alike, so no
-            # peer is always timed after a similar call (warm caches) or after a large one (cold)
-            random.Random(f"{run}/{rep}").shuffle(order)
-            for key, fn in order:
-                if rep >= MIN_REPS and spent[key] > budget_s:
-                    continue
-                gc.disable()
-                t = time.perf_counter()
-                fn()
-                dt = time.perf_counter() - t
-                gc.enable()
-                times[key].append(dt)
-                spent[key] += dt
+        for group in (False, True):  # the in-memory operations, then the checkpoints
+            rotation = [(key, fn) for key, fn in cells.items() if (key[0] in CHECKPOINT_OPS) == group]
+            for rep in range(reps):
+                order = list(rotation)
+                # a new order each repetition: the call before a cell is any other cell alike, so no
+                # peer is always timed after a similar call (warm caches) or after a large one (cold)
+                random.Random(f"{run}/{rep}/{int(group)}").shuffle(order)
+                for key, fn in order:
+                    if rep >= MIN_REPS and spent[key] > budget_s:
+                        continue
+                    gc.disable()
+                    t = time.perf_counter()
+                    fn()
+                    dt = time.perf_counter() - t
+                    gc.enable()
+                    times[key].append(dt)
+                    spent[key] += dt
         log(f"width {bench.width}, run {run + 1}/{runs}: {time.perf_counter() - t_run:.0f} s, "
             f"load average {os.getloadavg()[0]:.1f}")
         for (op, name), ts in times.items():
@@ -1136,7 +1153,7 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
                     "python": platform.python_version(), "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads()},
         "sizes": {"capacity": capacity, "widths": list(widths), "batch": batch, "extend": list(extend_sizes),
-                  "reps": reps, "budget_s": budget_s, "runs": runs},
+                  "reps": reps, "budget_s": budget_s, "runs": runs, "checkpoint_rotation": True},
         "rbcheck": {"version": base.version(), "variant": "device (CPU)", "native_calls": _native_calls()},
         "peers": status,
         "checks_passed": checks,
@@ -1256,6 +1273,15 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def _rotations(report: dict) -> str:
+    """How a report's runs ordered the calls (reports before the checkpoints' own rotation
+    say nothing of it)."""
+    if not report["sizes"].get("checkpoint_rotation"):
+        return ""
+    return (", `save` and `load` in a rotation of their own after the others; rbcheck's calls are "
+            "timed only on operations some peer is timed on")
+
+
 def render(report: dict) -> str:
     """The markdown table of a report (docs/results/peers.md is this, generated)."""
     sizes, machine = report["sizes"], report["machine"]
@@ -1269,7 +1295,7 @@ def render(report: dict) -> str:
         f"Each peer's time over the time of rbcheck's `device` variant (on the CPU): **> 1 means "
         f"rbcheck is faster**. Ratio of the medians, then (in brackets) of the minima, over "
         f"{sizes['runs']} timing run(s) (the range when they differ); each run calls every "
-        f"operation of every peer round-robin in one process. Capacity {sizes['capacity']}, "
+        f"operation of every peer round-robin in one process{_rotations(report)}. Capacity {sizes['capacity']}, "
         f"batch {sizes['batch']} (samples, `update_priority`), rows of `obs` float32[w], "
         f"`action` float32[2], `reward` float32[1]. Every answer was checked against rbcheck's "
         f"before timing ({report['checks_passed']} checks passed). Commit {report['commit']}; "

@@ -137,6 +137,43 @@ def test_smoke_run_checks_and_times_every_operation():
         "the table says which processor the numbers are from"
 
 
+def _timed_calls(monkeypatch) -> list:
+    """The ``(op, peer)`` of every call ``time_width`` makes, in order (warm-up included)."""
+    calls, real = [], P.Bench._call
+
+    def spied(self, peer, op):
+        fn = real(self, peer, op)
+        return lambda: (calls.append((op, peer.name)), fn())
+    monkeypatch.setattr(P.Bench, "_call", spied)
+    return calls
+
+
+def test_checkpoints_are_timed_in_a_rotation_of_their_own(monkeypatch):
+    """Each run times every in-memory cell, then every save/load cell: a checkpoint's
+    file, page-cache and allocator work is never timed into the next in-memory call."""
+    calls = _timed_calls(monkeypatch)
+    report = P.run([Stub()], log=lambda line: None, **{**SMALL, "runs": 2})
+    kinds = [op in P.CHECKPOINT_OPS for op, _ in calls]
+    back = sum(1 for a, b in zip(kinds[:-1], kinds[1:], strict=True) if a and not b)  # a checkpoint, then in-memory
+    assert kinds[-1] and back == 2, kinds  # warm-up, run 1, run 2: each in-memory cells, then checkpoints
+    assert {(r["op"], r["run"]) for r in report["ratios"]} >= {("save", 1), ("load", 1), ("extend_1", 1)}
+    assert "`save` and `load` in a rotation of their own" in P.render(json.loads(json.dumps(report)))
+
+
+class NoCheckpoint(Stub):
+    unsupported = {"save": "no checkpoint", "load": "no checkpoint"}
+
+
+def test_rbcheck_is_not_timed_on_operations_no_peer_is_timed_on(monkeypatch):
+    """A part whose peers have no checkpoint (flashbax) times no rbcheck save/load: such a
+    cell compares with nothing and would only disturb the others."""
+    calls = _timed_calls(monkeypatch)
+    report = P.run([NoCheckpoint()], log=lambda line: None, **SMALL)
+    assert calls and not any(op in P.CHECKPOINT_OPS for op, _ in calls)
+    assert {b["op"] for b in report["baselines"]} == set(P.ops_for(SMALL["extend_sizes"])) - {"save", "load"}
+    assert "| `save` | — |" in P.render(json.loads(json.dumps(report)))
+
+
 @pytest.mark.parametrize("broken", [WrongExtend, WrongRows, WrongIndex, WrongWeights, StaleUpdate,
                                     NoReadback, LossyLoad])
 def test_a_wrong_answer_gets_no_number(broken):

@@ -72,7 +72,7 @@ import torch
 from tensordict import TensorDict
 
 from rbcheck.variants import native
-from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, ring_slices
+from rbcheck.variants.device_storage import DeviceStorage, DeviceWriter, TensorPool, ring_slices
 from rbcheck.variants.native import extend_args as A
 from rbcheck.variants.native import torch_pow
 from rbcheck.variants.prioritized import PrioritizedSampler
@@ -120,7 +120,7 @@ class _Plan:
     place), the others every call."""
 
     __slots__ = ("cols", "watched", "specs", "layouts", "block", "address", "bound", "value", "views", "high",
-                 "priority", "c_pow", "free", "at")
+                 "priority", "c_pow", "free", "at", "large")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
@@ -133,6 +133,7 @@ class _Plan:
         self.value = None
         self.c_pow = False  # rb_extend_prepare may finish the transform (see bind_sampler)
         self.free: dict = {}  # n -> slot tensors made ahead (``slots``)
+        self.large = TensorPool(per_key=2, max_keys=4)  # a large batch's slot tensors (``slots``)
         self.priority = (None, None)  # (priority key, (column, is_float32) or None)
         layouts = [native.row_layout(column) for _, column in self.cols]
         if storage.device.type != "cpu" or any(len(key) != 1 for key, _ in self.cols) \
@@ -212,10 +213,16 @@ class _Plan:
         writes into it. Made one at a time, a cold 1-row extend spent 75-87 us of its
         182-198 us on this allocation. Made together, the allocations run warm, each for
         about 1 us. The cost is memory: one tensor kept alive keeps its whole batch
-        alive, at most ``SLOTS_AHEAD`` int64 (32 KiB)."""
+        alive, at most ``SLOTS_AHEAD`` int64 (32 KiB).
+
+        A larger batch's slots come from a ``TensorPool`` (two per size, four sizes):
+        the memory an earlier extend of that size returned, once nothing refers to it
+        any more, else a new tensor. A new 512 KiB tensor (65536 slots) is often fresh
+        memory from the OS: its 128 page faults took an extend of 65536 rows from ~250 us
+        to ~650 us here (docs/benchmarks.md)."""
         ahead = min(64, SLOTS_AHEAD // n)
-        if ahead < 2:  # a large batch: its own allocation, nothing kept
-            return torch.empty(n, dtype=torch.int64)
+        if ahead < 2:  # a large batch: memory no one refers to any more, else a new tensor
+            return self.large.take("slots", (n,), torch.int64, "cpu")
         if n not in self.free and len(self.free) >= 4:  # a fifth batch size: start again
             self.free.clear()
         made = self.free[n] = list(torch.empty((ahead, n), dtype=torch.int64))

@@ -182,6 +182,40 @@ def test_each_extend_returns_slots_of_its_own(n):
     assert len(addresses) == len(returned)
 
 
+@pytest.mark.parametrize("sampler", ["random", "prioritized"])
+def test_a_large_batchs_slots_reuse_memory_only_once_its_caller_dropped_it(sampler, monkeypatch):
+    """A batch too large to make ahead (``_Plan.slots``) gets the memory an earlier extend of
+    its size returned once nothing refers to it (no fresh pages from the OS), and other
+    memory while a caller still holds it or a view of it: a caller's slots never change."""
+    ref, fast, slow = three(8192, sampler)
+    n = 3000
+
+    def extend(i):
+        data = flat_rows(n, i, [1.0 + k % 7 for k in range(n)])
+        ref.extend(data.clone())
+        return fast.extend(data)
+
+    def pooled():
+        return [t.untyped_storage().data_ptr() for ts in fast.storage._extend_plan.large.slots.values() for t in ts]
+
+    def slots(i):
+        return torch.arange(i * n, (i + 1) * n) % 8192
+
+    extend_all(ref, fast, slow, flat_rows(n, 0, [1.0] * n), monkeypatch)  # allocates the rows (full path)
+    held = extend(1)
+    view = extend(2)[5:9]
+    assert len(pooled()) == 2 and view.untyped_storage().data_ptr() in pooled()
+    del view  # its memory is free again
+    again = extend(3)
+    assert again.untyped_storage().data_ptr() in pooled() and torch.equal(again, slots(3))
+    view = again[1:3]
+    del again  # the view still holds it
+    other = extend(4)
+    assert other.untyped_storage().data_ptr() not in pooled() and torch.equal(other, slots(4))
+    assert torch.equal(held, slots(1)) and torch.equal(view, slots(3)[1:3])  # never written since
+    assert_same(ref, fast)
+
+
 def test_slots_made_ahead_outlive_other_batch_sizes():
     """Slot tensors made ahead for one batch size are still there after extends of other
     sizes, a large one included (made alone, kept nowhere): interleaved sizes, as between an

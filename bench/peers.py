@@ -93,8 +93,8 @@ DEFAULT_DOC = Path("docs/results/peers.md")
 MIN_REPS = 3
 #: Operations that write or read a whole checkpoint (files of up to hundreds of MiB, an fsync,
 #: fresh memory for what is read): each run times them in a rotation of their own, after the
-#: in-memory operations, so the page cache, allocator and disk work they leave behind is not
-#: timed as part of whichever in-memory call comes next.
+#: in-memory operations, and starts with an untimed pass over those, so the page cache,
+#: allocator and disk work a checkpoint leaves behind is not timed as part of an in-memory call.
 CHECKPOINT_OPS = ("save", "load")
 
 
@@ -1002,22 +1002,29 @@ class Bench:
         return lambda: peer.load(target, path)
 
 
-def compared(bench: Bench, op: str) -> bool:
-    """Whether a peer other than rbcheck is timed on ``op`` (else rbcheck's cell has nothing
-    to be compared with and is not timed: it would only disturb the others)."""
-    return any(peer.name != BASE and not peer.why_not(op) for peer in bench.peers)
+def compared(bench: Bench, op: str, kind: bool | None = None) -> bool:
+    """Whether a peer other than rbcheck is timed on ``op`` (for an extend with ``kind``
+    given: into the buffer kind rbcheck's cell extends, ``Bench.baseline_kind``); else
+    rbcheck's cell has nothing to be compared with and is not timed: it would only
+    disturb the others."""
+    return any(peer.name != BASE and not peer.why_not(op)
+               and (kind is None or bench.baseline_kind(peer, op) == kind) for peer in bench.peers)
 
 
 def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -> list[dict]:
     """Round-robin timing; returns one result dict per (run, op, peer), plus the baselines.
-    Each run times the in-memory operations' cells in a shuffled rotation, then
+    Each run makes one untimed pass over the in-memory operations' cells (after the
+    previous run's checkpoints), times them in a shuffled rotation, then times
     ``CHECKPOINT_OPS``' cells in one of their own."""
     results = []
     cells = {}
     for op in bench.ops:
         if not compared(bench, op):
             continue
+        own_kind = bench.baseline_kind(bench.base, op)
         for name, fn in bench.calls(op).items():
+            if name == BASE and op.startswith("extend_") and not compared(bench, op, own_kind):
+                continue  # every peer extends the other kind: compared with rbcheck:<that kind>
             cells[op, name] = fn
     base_kinds = {}  # (op, prioritized) -> the baseline's callable for that kind
     for op in bench.ops:
@@ -1039,6 +1046,9 @@ def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -
         t_run = time.perf_counter()
         for group in (False, True):  # the in-memory operations, then the checkpoints
             rotation = [(key, fn) for key, fn in cells.items() if (key[0] in CHECKPOINT_OPS) == group]
+            if not group:  # the work a checkpoint leaves behind lands here, untimed
+                for _, fn in rotation:
+                    fn()
             for rep in range(reps):
                 order = list(rotation)
                 # a new order each repetition: the call before a cell is any other cell alike, so no
@@ -1153,7 +1163,8 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
                     "python": platform.python_version(), "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads()},
         "sizes": {"capacity": capacity, "widths": list(widths), "batch": batch, "extend": list(extend_sizes),
-                  "reps": reps, "budget_s": budget_s, "runs": runs, "checkpoint_rotation": True},
+                  "reps": reps, "budget_s": budget_s, "runs": runs, "checkpoint_rotation": True,
+                  "settle_pass": True},
         "rbcheck": {"version": base.version(), "variant": "device (CPU)", "native_calls": _native_calls()},
         "peers": status,
         "checks_passed": checks,
@@ -1273,13 +1284,16 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _rotations(report: dict) -> str:
-    """How a report's runs ordered the calls (reports before the checkpoints' own rotation
-    say nothing of it)."""
-    if not report["sizes"].get("checkpoint_rotation"):
+def _rotations(sizes: dict, aside: bool = False) -> str:
+    """How a run ordered its calls, from its ``sizes`` (or a re-measurement's record; runs
+    before the checkpoints' own rotation say nothing of it): a clause after a comma, or
+    (``aside``) in brackets."""
+    if not sizes.get("checkpoint_rotation"):
         return ""
-    return (", `save` and `load` in a rotation of their own after the others; rbcheck's calls are "
-            "timed only on operations some peer is timed on")
+    settle = ", each run's after an untimed pass over them" if sizes.get("settle_pass") else ""
+    text = (f"`save` and `load` in a rotation of their own after the others{settle}; rbcheck's calls "
+            "timed only where some peer's are")
+    return f" ({text})" if aside else f", {text}"
 
 
 def render(report: dict) -> str:
@@ -1295,7 +1309,7 @@ def render(report: dict) -> str:
         f"Each peer's time over the time of rbcheck's `device` variant (on the CPU): **> 1 means "
         f"rbcheck is faster**. Ratio of the medians, then (in brackets) of the minima, over "
         f"{sizes['runs']} timing run(s) (the range when they differ); each run calls every "
-        f"operation of every peer round-robin in one process{_rotations(report)}. Capacity {sizes['capacity']}, "
+        f"operation of every peer round-robin in one process{_rotations(sizes)}. Capacity {sizes['capacity']}, "
         f"batch {sizes['batch']} (samples, `update_priority`), rows of `obs` float32[w], "
         f"`action` float32[2], `reward` float32[1]. Every answer was checked against rbcheck's "
         f"before timing ({report['checks_passed']} checks passed). Commit {report['commit']}; "
@@ -1306,7 +1320,8 @@ def render(report: dict) -> str:
         "",
         *[line for m in report.get("remeasured", []) for line in (
             f"{', '.join(label(op) for op in m['ops'])}: re-measured on {m['date']} at commit {m['commit']} "
-            f"({m.get('model', 'CPU not recorded')}, {m['runs']} run(s), load average {m['load_average'][0]} to "
+            f"({m.get('model', 'CPU not recorded')}, {m['runs']} run(s){_rotations(m, aside=True)}, load average "
+            f"{m['load_average'][0]} to "
             f"{m['load_average'][1]}, "
             f"{m['checks_passed']} checks passed); the other rows are from the run above.", "")],
         *[line for part in report.get("parts", []) for line in (
@@ -1314,7 +1329,7 @@ def render(report: dict) -> str:
             f"merged by `--render`), side by side with rbcheck in that process, on {part['date']} at "
             f"commit {part['commit']} ({part.get('model', 'CPU not recorded')}): capacity "
             f"{part['sizes']['capacity']}, {part['sizes']['runs']} "
-            f"run(s), load average {part['load_average'][0]} to {part['load_average'][1]}, torch "
+            f"run(s){_rotations(part['sizes'], aside=True)}, load average {part['load_average'][0]} to {part['load_average'][1]}, torch "
             f"{part['torch']}, {part['checks_passed']} checks passed.", "")],
         "| peer | version | timed |",
         "|---|---|---|",
@@ -1383,6 +1398,8 @@ def merge(report: dict, new: dict, ops) -> dict:
     report["remeasured"] = [m for m in report.get("remeasured", []) if not set(m["ops"]) <= set(ops)]  # all replaced
     report["remeasured"].append(
         {"ops": ops, "date": new["date"], "commit": new["commit"], "runs": new["sizes"]["runs"],
+         "checkpoint_rotation": new["sizes"].get("checkpoint_rotation", False),
+         "settle_pass": new["sizes"].get("settle_pass", False),
          "load_average": new["machine"]["load_average"], "checks_passed": new["checks_passed"],
          "model": new["machine"].get("model", "CPU not recorded")})
     return report

@@ -156,6 +156,9 @@ def test_checkpoints_are_timed_in_a_rotation_of_their_own(monkeypatch):
     kinds = [op in P.CHECKPOINT_OPS for op, _ in calls]
     back = sum(1 for a, b in zip(kinds[:-1], kinds[1:], strict=True) if a and not b)  # a checkpoint, then in-memory
     assert kinds[-1] and back == 2, kinds  # warm-up, run 1, run 2: each in-memory cells, then checkpoints
+    reps, counts = SMALL["reps"], {key: calls.count(key) for key in set(calls)}
+    assert counts[("extend_1", "stub")] == 1 + 2 * (1 + reps)  # warm-up, then per run an untimed pass
+    assert counts[("save", "stub")] == 1 + 2 * reps
     assert {(r["op"], r["run"]) for r in report["ratios"]} >= {("save", 1), ("load", 1), ("extend_1", 1)}
     assert "`save` and `load` in a rotation of their own" in P.render(json.loads(json.dumps(report)))
 
@@ -172,6 +175,21 @@ def test_rbcheck_is_not_timed_on_operations_no_peer_is_timed_on(monkeypatch):
     assert calls and not any(op in P.CHECKPOINT_OPS for op, _ in calls)
     assert {b["op"] for b in report["baselines"]} == set(P.ops_for(SMALL["extend_sizes"])) - {"save", "load"}
     assert "| `save` | — |" in P.render(json.loads(json.dumps(report)))
+
+
+class UniformOnly(Stub):
+    has_prioritized = False
+
+
+def test_rbcheck_extends_only_into_the_kind_of_buffer_peers_extend_into(monkeypatch):
+    """Peers that all extend into a uniform buffer (stable-baselines3, flashbax's flat one) are
+    compared with rbcheck's uniform buffer: rbcheck's own prioritized extend, compared with
+    nothing, is not timed, and every extend still has its ratio."""
+    calls = _timed_calls(monkeypatch)
+    report = P.run([UniformOnly()], log=lambda line: None, **SMALL)
+    assert not any(op.startswith("extend_") and name == "rbcheck" for op, name in calls)
+    assert {r["op"] for r in report["ratios"]} >= {f"extend_{n}" for n in SMALL["extend_sizes"]}
+    assert all(r["base_n"] >= P.MIN_REPS for r in report["ratios"])
 
 
 @pytest.mark.parametrize("broken", [WrongExtend, WrongRows, WrongIndex, WrongWeights, StaleUpdate,

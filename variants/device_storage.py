@@ -171,7 +171,10 @@ class TensorPool:
     ``take(key, shape, dtype, device)`` returns an alias of a pooled tensor
     whose memory no live tensor outside the pool shares (checked with the
     storage's reference count), or a new tensor (kept for reuse, up to
-    ``per_key`` of them). Without the reference count (another torch), every
+    ``per_key`` of them). A tensor whose memory became shared (``share_memory_()``,
+    or a handed-out alias sent through a ``torch.multiprocessing`` queue, which moves
+    the memory in place) is never reused: another process may still read it, which
+    no reference count here can see. It leaves the pool. Without the reference count (another torch), every
     call allocates: correct, only slower. At most ``max_keys`` keys (a key per
     name and shape: a caller cycling through batch sizes adds one each) are
     kept: past that the pool forgets them all and starts again (tensors
@@ -224,6 +227,7 @@ class TensorPool:
         tensor free and gather their rows into the same memory)."""
         with self.lock:
             slot = kept(self.slots, (key, tuple(shape), dtype, torch.device(device)), list, self.max_keys)
+            slot[:] = [t for t in slot if not t.is_shared()]  # another process may read those
             for tensor in slot:
                 if self._free(tensor):
                     return tensor.detach()  # a new alias: holding it marks the memory as used

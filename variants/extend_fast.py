@@ -206,22 +206,27 @@ class _Plan:
         return True
 
     def slots(self, n: int) -> torch.Tensor:
-        """A new int64[n] tensor for the slots an extend returns. They are made
-        ``SLOTS_AHEAD // n`` at a time (at most 64; for up to four batch sizes at once;
-        a batch of more than half ``SLOTS_AHEAD`` rows gets its own) as rows of one new
-        tensor, and handed out one per extend. Each is its own memory for its caller: no other extend
-        writes into it. Made one at a time, a cold 1-row extend spent 75-87 us of its
-        182-198 us on this allocation. Made together, the allocations run warm, each for
-        about 1 us. The cost is memory: one tensor kept alive keeps its whole batch
-        alive, at most ``SLOTS_AHEAD`` int64 (32 KiB).
+        """An int64[n] tensor for the slots an extend returns, its caller's own memory: no
+        other extend writes into it while anything refers to it.
 
-        A larger batch's slots come from a ``TensorPool`` (two per size, four sizes):
-        the memory an earlier extend of that size returned, once nothing refers to it
-        any more, else a new tensor. A new 512 KiB tensor (65536 slots) is often fresh
-        memory from the OS: its 128 page faults took an extend of 65536 rows from ~250 us
-        to ~650 us here (docs/benchmarks.md)."""
+        Up to ``SLOTS_AHEAD // 2`` rows, the tensors are made ``SLOTS_AHEAD // n`` at a
+        time (at most 64; for up to four batch sizes at once) as rows of one new tensor,
+        and handed out one per extend. Made one at a time, a cold 1-row extend spent
+        75-87 us of its 182-198 us on this allocation. Made together, the allocations
+        run warm, each for about 1 us. The cost is memory: one tensor kept alive keeps
+        its whole batch alive, at most ``SLOTS_AHEAD`` int64 (32 KiB).
+
+        A larger batch, up to ``POOLED`` rows, gets the memory an earlier extend of its
+        size returned once nothing refers to it any more, else a new tensor
+        (``TensorPool``: two per size, four sizes, so at most 4 MiB kept). A new 512 KiB
+        tensor (65536 slots) is sometimes fresh memory from the OS: in a loop of
+        65536-row extends, 2 of 60 calls took 96-128 page faults and 638-727 us against
+        ~250 us (docs/benchmarks.md). Larger batches get a new tensor each: their rows'
+        copy dwarfs the faults."""
         ahead = min(64, SLOTS_AHEAD // n)
         if ahead < 2:  # a large batch: memory no one refers to any more, else a new tensor
+            if n > POOLED:
+                return torch.empty(n, dtype=torch.int64)
             return self.large.take("slots", (n,), torch.int64, "cpu")
         if n not in self.free and len(self.free) >= 4:  # a fifth batch size: start again
             self.free.clear()
@@ -242,6 +247,8 @@ class _Plan:
 
 #: Slots made ahead at most (``_Plan.slots``), int64 entries.
 SLOTS_AHEAD = 4096
+#: The largest batch whose slot tensor comes from the plan's pool (``_Plan.slots``).
+POOLED = 1 << 16
 
 
 def _no_plan() -> None:

@@ -182,6 +182,20 @@ def test_each_extend_returns_slots_of_its_own(n):
     assert len(addresses) == len(returned)
 
 
+def test_a_large_batchs_slots_shared_with_another_process_are_never_reused():
+    """Slots sent through a ``torch.multiprocessing`` queue are moved into shared memory in
+    place; once the sender drops them the reference count looks free, but the receiver may
+    still read them: the next extend of that size must write elsewhere."""
+    _, fast, _ = three(8192, "random")
+    fast.extend(flat_rows(1, 0))
+    sent = fast.extend(flat_rows(3000, 1))
+    sent.share_memory_()  # what the queue does to a tensor it sends
+    shared = sent.untyped_storage().data_ptr()
+    del sent  # the sender is done with it; the receiver's mapping is not counted here
+    later = fast.extend(flat_rows(3000, 5000))
+    assert later.untyped_storage().data_ptr() != shared and not later.is_shared()
+
+
 @pytest.mark.parametrize("sampler", ["random", "prioritized"])
 def test_a_large_batchs_slots_reuse_memory_only_once_its_caller_dropped_it(sampler, monkeypatch):
     """A batch too large to make ahead (``_Plan.slots``) gets the memory an earlier extend of
@@ -218,8 +232,9 @@ def test_a_large_batchs_slots_reuse_memory_only_once_its_caller_dropped_it(sampl
 
 def test_slots_made_ahead_outlive_other_batch_sizes():
     """Slot tensors made ahead for one batch size are still there after extends of other
-    sizes, a large one included (made alone, kept nowhere): interleaved sizes, as between an
-    agent's single steps and its bulk loads, do not remake the batch every time."""
+    sizes, a large one included (from the plan's pool, not made ahead): interleaved sizes,
+    as between an agent's single steps and its bulk loads, do not remake the batch every
+    time."""
     _, fast, _ = three(8192, "random")
     fast.extend(flat_rows(1, 0))  # allocates the rows (the full path)
     fast.extend(flat_rows(1, 1))

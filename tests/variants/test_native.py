@@ -472,6 +472,21 @@ def test_the_pool_keeps_a_bounded_number_of_sizes_and_never_reuses_a_held_tensor
     assert again.data_ptr() != first.data_ptr()
 
 
+def test_the_pool_never_reuses_memory_shared_with_another_process():
+    """A handed-out tensor sent through a ``torch.multiprocessing`` queue has its memory moved
+    into shared memory in place (the pooled tensor's too). Once the sender drops it the
+    reference count looks free, but the receiver may still read it: the pool hands out
+    other memory and forgets the shared one."""
+    pool = TensorPool()
+    out = pool.take("index", (4,), torch.long, "cpu").fill_(3)
+    out.share_memory_()  # what the queue does to a tensor it sends
+    shared = out.untyped_storage().data_ptr()
+    del out
+    again = pool.take("index", (4,), torch.long, "cpu").fill_(9)
+    assert again.untyped_storage().data_ptr() != shared
+    assert all(t.untyped_storage().data_ptr() != shared for ts in pool.slots.values() for t in ts)
+
+
 @pytest.mark.parametrize("priority", [[1.0, float("nan")], [1.0, float("inf")], [-1.0, 2.0]])
 def test_priority_and_index_checks_keep_the_reference_messages(priority):
     sampler = variants.PrioritizedSampler(4, 0.6, 0.4)

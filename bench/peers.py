@@ -1290,9 +1290,10 @@ def _rotations(sizes: dict, aside: bool = False) -> str:
     (``aside``) in brackets."""
     if not sizes.get("checkpoint_rotation"):
         return ""
-    settle = ", each run's after an untimed pass over them" if sizes.get("settle_pass") else ""
-    text = (f"`save` and `load` in a rotation of their own after the others{settle}; rbcheck's calls "
-            "timed only where some peer's are")
+    order = ("each run one untimed pass over the in-memory operations, those timed, then `save` and "
+             "`load` in a rotation of their own" if sizes.get("settle_pass")
+             else "`save` and `load` in a rotation of their own after the others")
+    text = f"{order}; rbcheck's calls timed only where some peer's are"
     return f" ({text})" if aside else f", {text}"
 
 

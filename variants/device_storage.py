@@ -227,9 +227,11 @@ class TensorPool:
         tensor free and gather their rows into the same memory)."""
         with self.lock:
             slot = kept(self.slots, (key, tuple(shape), dtype, torch.device(device)), list, self.max_keys)
-            slot[:] = [t for t in slot if not t.is_shared()]  # another process may read those
             for tensor in slot:
                 if self._free(tensor):
+                    if tensor.is_shared():  # another process may read it: it leaves the pool
+                        slot.remove(tensor)
+                        break
                     return tensor.detach()  # a new alias: holding it marks the memory as used
             tensor = torch.empty(shape, dtype=dtype, device=device)
             if len(slot) < self.per_key:

@@ -957,10 +957,7 @@ class Bench:
         self.log(f"width {self.width}: {self.checks} checks passed")
 
     def update_args(self):
-        g = np.random.default_rng(11)
-        index = g.permutation(self.capacity)[:self.batch].astype(np.int64)
-        raw = (g.random(self.batch) * 3.0 + 0.05).astype(np.float32).astype(np.float64)
-        return index, raw
+        return update_args(self.capacity, self.batch)
 
     def close(self):
         for path in getattr(self, "save_dirs", {}).values():
@@ -1000,6 +997,14 @@ class Bench:
             return lambda: peer.save(buf, path)
         target = self.targets[peer.name]
         return lambda: peer.load(target, path)
+
+
+def update_args(capacity: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """The slots (distinct) and raw priorities every ``update_priority`` cell is given."""
+    g = np.random.default_rng(11)
+    index = g.permutation(capacity)[:batch].astype(np.int64)
+    raw = (g.random(batch) * 3.0 + 0.05).astype(np.float32).astype(np.float64)
+    return index, raw
 
 
 def compared(bench: Bench, op: str, kind: bool | None = None) -> bool:
@@ -1373,6 +1378,10 @@ def render(report: dict) -> str:
             lines.append(f"| {key} | " + " | ".join(
                 f"{c['parts'][key][0] * 1e3:.0f} ({c['parts'][key][1] * 1e3:.0f})" if key in c["parts"] else "—"
                 for c in costs) + " |")
+    if report.get("check_costs"):
+        from bench import check_costs
+
+        lines += check_costs.render(report["check_costs"])
     base = [b for b in report["baselines"] if b["run"] == 0 and b["impl"] == BASE]
     if base:
         lines += ["", "rbcheck's own median times in the first run (microseconds; absolute times on a "
@@ -1469,6 +1478,11 @@ def main(argv=None) -> int:
                         help="instead of the side-by-side run: time the parts of rbcheck's save and "
                              "load (hashes, fsync, copies) and TorchRL's dumps/loads, for each width, "
                              "into the report at --out (which must exist)")
+    parser.add_argument("--checks", action="store_true",
+                        help="instead of the side-by-side run: time what rbcheck's checks cost in the "
+                             "cells nearest 1.2x (bench/check_costs.py) into the report at --out "
+                             "(which must exist)")
+    parser.add_argument("--check-reps", type=int, default=300, help="calls per cell and run (with --checks)")
     args = parser.parse_args(argv)
     if args.render is not None:
         paths = args.render or [str(DEFAULT_OUT)]
@@ -1489,6 +1503,18 @@ def main(argv=None) -> int:
         report = json.loads(Path(args.out).read_text())
         report["checkpoint_costs"] = [checkpoint_costs(args.capacity, w) for w in widths]
         report["checkpoint_costs_load_average"] = round(os.getloadavg()[0], 1)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.out}")
+        return 0
+    if args.checks:
+        from bench import check_costs
+
+        report = json.loads(Path(args.out).read_text())
+        load0 = round(os.getloadavg()[0], 1)
+        part = [check_costs.measure(args.capacity, w, args.batch, args.check_reps, args.runs) for w in widths]
+        report["check_costs"] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                                 "commit": _git_commit(), "load_average": [load0, round(os.getloadavg()[0], 1)],
+                                 "widths": part}
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {args.out}")
         return 0

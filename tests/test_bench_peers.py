@@ -282,3 +282,44 @@ def test_library_drivers_pass_every_check_at_a_small_size(peer, module):
     timed = {r["op"] for r in report["ratios"]}
     assert timed == set(P.ops_for(SMALL["extend_sizes"])) - set(status["ops_skipped"])
     assert report["checks_passed"] > 10
+
+
+def _check_costs(**kw):
+    from bench import check_costs
+
+    return check_costs.measure(256, 3, 16, 3, 1, log=lambda line: None, uniform_peer=Stub(),
+                               prioritized_peer=Stub(), **kw)
+
+
+def test_check_costs_time_each_way_and_render():
+    """bench/check_costs.py: every cell timed in every run, the states checked equal, the section
+    rendered (the peers here: the NumPy stub)."""
+    from bench import check_costs
+
+    part = _check_costs()
+    ops = {"extend 1 row, uniform", "extend 1 row, prioritized", "update_priority 16"}
+    want = {f"{op}|{way}" for op in ops for way in ("stub", "shipped", "dropped")} \
+        | {f"{op}|at hand" for op in ops if op.startswith("extend")}
+    assert set(part["runs"][0]) == want and all(t > 0 for t in part["runs"][0].values())
+    text = "\n".join(check_costs.render({"date": "d", "commit": "c", "load_average": [1, 1], "widths": [part]}))
+    assert "| 3 | update_priority 16 | stub |" in text and "| 3 | extend 1 row, uniform | stub |" in text
+
+
+def test_check_costs_refuse_a_way_that_leaves_another_state(monkeypatch):
+    """A way of calling that writes a different row, or skips the trees, gets no number."""
+    from bench import check_costs
+
+    commit = check_costs._commit
+
+    def wrong_row(storage, *args):
+        index = commit(storage, *args)
+        storage.data["obs"][index] += 1
+        return index
+
+    monkeypatch.setattr(check_costs, "_commit", wrong_row)
+    with pytest.raises(P.CheckFailed, match="rows/obs differs"):
+        _check_costs()
+    monkeypatch.setattr(check_costs, "_commit", commit)
+    monkeypatch.setattr(check_costs, "update_dropped", lambda buf, index, priority: lambda: None)
+    with pytest.raises(P.CheckFailed, match="update_priority, dropped: sum_tree differs"):
+        _check_costs()

@@ -1,0 +1,278 @@
+"""What rbcheck's checks cost in the cells closest to 1.2x (``python -m bench.peers --checks``).
+
+The peers table (``bench/peers.py``) times whole calls. Where a cell stays near or below
+1.2x, the question is whether rbcheck could be faster with every check kept, or only by
+dropping one. This times, side by side in one process, the peer's call and three ways of
+making rbcheck's:
+
+* ``shipped``: the public call (``ReplayBuffer.extend`` / ``update_priority``);
+* ``at hand``: extends only. The same checks of the batch (each column's type, dtype,
+  shape, device, contiguity and address; the rows' memory not moved; the generation column
+  bound), the same native call and counters, with the buffer's parts (storage, writer,
+  plan) already found: what finding them costs;
+* ``dropped``: the same native call and counters with every address computed once
+  beforehand; none of the Python checks run. The checks of values made in C stay (a
+  priority finite and >= 0, an index in range, no transform overflowing).
+
+The cells: a 1-row extend into the uniform buffer against stable-baselines3's ``add``, a
+1-row extend into the prioritized buffer against cpprb's ``add``, and ``update_priority`` of
+``batch`` slots against cpprb's ``update_priorities``. Every call is cold: 32 MiB are written
+by ``memset`` before each (C code neither side runs, where NumPy's or torch's own writes
+would warm the code of one side), the cells shuffled every repetition.
+
+Each way writes its own buffer, built alike and given the same calls. After timing, every
+buffer must equal the shipped one (rows, generations, counters, trees, max priority):
+``dropped`` and ``at hand`` are timed only because they give the same state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import random
+import statistics
+import time
+
+import torch
+
+from bench import peers as P
+
+COLD_BYTES = 32 << 20
+WAYS = ("shipped", "at hand", "dropped")
+
+
+class _Cold:
+    """``memset`` over ``COLD_BYTES`` before each timed call (``cold()``)."""
+
+    def __init__(self):
+        self.block = ctypes.create_string_buffer(COLD_BYTES)
+        self.fill = 0
+
+    def __call__(self):
+        self.fill = (self.fill + 1) & 0xFF
+        ctypes.memset(self.block, self.fill, COLD_BYTES)
+
+
+def extend_at_hand(buf, data):
+    """``buf.extend(data)`` for a 1-row batch of the buffer's exact layout, with the
+    buffer's parts found once: the batch's checks, the native call and the counters
+    (``variants.extend_fast._write``'s, for a plan already bound by an earlier extend)."""
+    from rbcheck.variants import native
+    from rbcheck.variants.extend_fast import extend_lock
+    from rbcheck.variants.native import extend_args as A
+    from rbcheck.variants.native import torch_pow
+
+    storage, writer, sampler = buf.storage, buf.writer, buf.sampler
+    plan, calls, capacity = storage._extend_plan, native.calls(), storage.capacity
+    layout, source = plan.layout(1), data._tensordict
+    prioritized = buf.prioritized
+    column = plan.priority_column(buf.priority_key) if prioritized else None
+    if prioritized and (column is None or not plan.c_pow or torch_pow.GRAIN <= 1):
+        raise RuntimeError("the prioritized cell needs a priority column and the pow in C")
+
+    def call():
+        with extend_lock(storage):
+            sources = []
+            for name, dtype, shape in layout:
+                value = source.get(name)
+                if type(value) is not torch.Tensor or value.dtype is not dtype or value.shape != shape \
+                        or not value.is_cpu or not value.is_contiguous():
+                    raise AssertionError("the batch's layout changed")
+                sources.append(value.data_ptr())
+            if plan.moved():
+                raise AssertionError("the rows' memory moved")
+            generation = writer.generation
+            if generation is not plan.bound.get("generation") or generation.data_ptr() != plan.at["generation"]:
+                raise AssertionError("the generation column is not bound")
+            return _commit(storage, writer, sampler, plan, calls, capacity, sources, column, A)
+
+    return call
+
+
+def extend_dropped(buf, data):
+    """The same as ``extend_at_hand`` without the batch's checks: the columns' addresses
+    read once."""
+    from rbcheck.variants import native
+    from rbcheck.variants.extend_fast import extend_lock
+    from rbcheck.variants.native import extend_args as A
+
+    storage, writer, sampler = buf.storage, buf.writer, buf.sampler
+    plan, calls, capacity = storage._extend_plan, native.calls(), storage.capacity
+    sources = [data._tensordict[name].data_ptr() for name, _, _ in plan.layout(1)]
+    column = plan.priority_column(buf.priority_key) if buf.prioritized else None
+
+    def call():
+        with extend_lock(storage):
+            return _commit(storage, writer, sampler, plan, calls, capacity, sources, column, A)
+
+    return call
+
+
+def _commit(storage, writer, sampler, plan, calls, capacity, sources, column, A):
+    """One row's native write and the counters, as ``extend_fast._write`` makes them."""
+    free = plan.free.get(1)
+    index = free.pop() if free else plan.slots(1)
+    count, first = writer.write_count, writer.cursor
+    if column is not None:
+        plan.block[A.PRIORITY], plan.block[A.IS_FLOAT32] = sources[column[0]], column[1]
+        plan.block[A.DO_POW] = 1
+        if calls.extend(plan.address, A.WHOLE, first, 1, count, index.data_ptr(), *sources):
+            raise AssertionError("a check in C failed")
+        sampler.sum_tree._stale = sampler.sum_tree._stale or sampler.sum_tree.has_shadow
+        sampler.min_tree._stale = sampler.min_tree._stale or sampler.min_tree.has_shadow
+    elif calls.extend(plan.address, A.EXTEND, first, 1, count, index.data_ptr(), *sources):
+        raise AssertionError("the native extend refused")
+    if storage.size < capacity:
+        storage.size = max(storage.size, min(first + 1, capacity))
+    storage.version += 1
+    writer.write_count = count + 1
+    writer.cursor = (count + 1) % capacity
+    return index
+
+
+def update_dropped(buf, index: torch.Tensor, priority: torch.Tensor):
+    """``buf.update_priority(index, priority)`` as the one native call it makes
+    (``native.update_whole``), every address and size computed once: none of the Python
+    checks of the arguments; the checks of values in C stay."""
+    from rbcheck.variants import native
+    from rbcheck.variants.native import torch_pow
+
+    s = buf.sampler
+    n = len(index)
+    if not torch_pow.in_c(n, s.alpha):
+        raise RuntimeError("the update cell needs the pow in C")
+    value, high = torch.empty(n, dtype=torch.float64), torch.empty(1, dtype=torch.float64)
+    fn = native._state["calls"].update_whole
+    args = (index.data_ptr(), n, s.capacity, priority.data_ptr(), int(priority.dtype == torch.float32), s.eps,
+            value.data_ptr(), s._max_priority.data_ptr(), high.data_ptr(), s.alpha, torch_pow.vector_pow() or 0,
+            s.sum_tree.raw_nodes.data_ptr(), s.min_tree.raw_nodes.data_ptr(), s.sum_tree.size)
+    sum_tree, min_tree = s.sum_tree, s.min_tree
+
+    def call():
+        if fn(*args):
+            raise AssertionError("a check in C failed")
+        sum_tree.mark_stale()
+        min_tree.mark_stale()
+
+    call.keep = (value, high, index, priority)  # the memory the addresses point into
+    return call
+
+
+def state_of(buf) -> dict:
+    """Everything a way of calling could change, for ``same_state``."""
+    s = buf.storage
+    out = {f"rows/{k}": s.data[k].clone() for k in ("obs", "action", "reward")}
+    out.update(generation=buf.writer.generation.clone(), counters=(buf.writer.write_count, buf.writer.cursor, s.size))
+    if buf.prioritized:
+        for name in ("sum_tree", "min_tree"):
+            tree = getattr(buf.sampler, name)
+            tree.materialize()
+            out[name] = tree.raw_nodes.clone()
+        out["max"] = buf.sampler._max_priority.clone()
+    return out
+
+
+def same_state(got: dict, want: dict, where: str) -> None:
+    """Raises ``P.CheckFailed`` naming the first part of ``got`` that differs from ``want``."""
+    for key, value in want.items():
+        other = got.get(key)
+        same = torch.equal(other, value) if isinstance(value, torch.Tensor) else other == value
+        if not same:
+            raise P.CheckFailed(f"{where}: {key} differs from the shipped call's")
+
+
+def measure(capacity: int, width: int, batch: int, reps: int, runs: int, log=print,
+            uniform_peer: P.Peer | None = None, prioritized_peer: P.Peer | None = None) -> dict:
+    """Median microseconds of every cell in each run; afterwards every way's buffer is
+    checked equal to the shipped one's. The peers: stable-baselines3 (uniform) and cpprb
+    (prioritized) unless given."""
+    rb, sb3, cpprb = P.Rbcheck(), uniform_peer or P.SB3(), prioritized_peer or P.Cpprb()
+    for peer in (sb3, cpprb):
+        why = peer.unavailable()
+        if why:
+            raise RuntimeError(f"--checks needs {peer.name}: {why}")
+    row = P.make_rows(3 * capacity, 1, width)
+    one = {kind: rb.prepare(row, kind) for kind in (False, True)}
+    # one buffer per (kind, way); each extended once so that its plan is bound
+    bufs = {(kind, way): rb.build(capacity, width, kind) for kind in (False, True) for way in WAYS}
+    for (kind, _), buf in bufs.items():
+        buf.extend(one[kind])
+    updated = {way: rb.build(capacity, width, True) for way in ("shipped", "dropped")}
+    index, raw = rb.prepare_update(*P.update_args(capacity, batch))
+    cp_index, cp_raw = cpprb.prepare_update(*P.update_args(capacity, batch))
+    sb3_buf, cp_buf, cp_updated = (sb3.build(capacity, width, False), cpprb.build(capacity, width, True),
+                                   cpprb.build(capacity, width, True))
+    sb3_one, cp_one = sb3.prepare(row, False), cpprb.prepare(row, True)
+    cells = {}
+    for kind, op, peer, peer_buf, peer_one in ((False, "extend 1 row, uniform", sb3, sb3_buf, sb3_one),
+                                               (True, "extend 1 row, prioritized", cpprb, cp_buf, cp_one)):
+        cells[op, peer.name] = lambda p=peer, b=peer_buf, d=peer_one: p.extend(b, d)
+        cells[op, "shipped"] = lambda b=bufs[kind, "shipped"], d=one[kind]: b.extend(d)
+        cells[op, "at hand"] = extend_at_hand(bufs[kind, "at hand"], one[kind])
+        cells[op, "dropped"] = extend_dropped(bufs[kind, "dropped"], one[kind])
+    op = f"update_priority {batch}"
+    cells[op, cpprb.name] = lambda: cpprb.update_priority(cp_updated, cp_index, cp_raw)
+    cells[op, "shipped"] = lambda: updated["shipped"].update_priority(index, raw)
+    cells[op, "dropped"] = update_dropped(updated["dropped"], index, raw)
+    cold = _Cold()
+    for fn in cells.values():  # every way once before timing
+        fn()
+    out = []
+    for run in range(runs):
+        times = {key: [] for key in cells}
+        t0 = time.perf_counter()
+        for rep in range(reps):
+            order = list(cells.items())
+            random.Random(f"checks/{width}/{run}/{rep}").shuffle(order)
+            for key, fn in order:
+                cold()
+                gc.disable()
+                t = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t
+                gc.enable()
+                times[key].append(dt)
+        out.append({f"{op}|{way}": statistics.median(ts) * 1e6 for (op, way), ts in times.items()})
+        log(f"checks, width {width}, run {run + 1}/{runs}: {time.perf_counter() - t0:.0f} s")
+    for kind in (False, True):
+        want = state_of(bufs[kind, "shipped"])
+        for way in WAYS[1:]:
+            same_state(state_of(bufs[kind, way]), want, f"extend ({'prioritized' if kind else 'uniform'}), {way}")
+    same_state(state_of(updated["dropped"]), state_of(updated["shipped"]), "update_priority, dropped")
+    return {"width": width, "capacity": capacity, "batch": batch, "reps": reps, "runs": out}
+
+
+def _span(values: list[float], digits: int = 0) -> str:
+    low, high = min(values), max(values)
+    fmt = f"{{:.{digits}f}}"
+    return fmt.format(low) if fmt.format(low) == fmt.format(high) else f"{fmt.format(low)}-{fmt.format(high)}"
+
+
+def render(part: dict) -> list[str]:
+    """The table's section for ``report["check_costs"]`` (``--checks``)."""
+    lines = ["", "## What the checks cost where rbcheck is nearest 1.2x", "",
+             f"`python -m bench.peers --checks` (bench/check_costs.py), {part['date']} at commit "
+             f"{part['commit']}, load average {part['load_average'][0]} to {part['load_average'][1]}: "
+             "each cell called cold (32 MiB written by `memset` before every call), shuffled, in one "
+             f"process; medians of {part['widths'][0]['reps']} calls in each of "
+             f"{len(part['widths'][0]['runs'])} runs (the range over runs), microseconds. "
+             "*shipped*: rbcheck's public call; *at hand*: the same checks of the batch, the same native "
+             "call, the buffer's parts already found; *dropped*: the same native call with no Python "
+             "check (the checks of values in C kept). Each way wrote its own buffer, and every buffer "
+             "equalled the shipped one's afterwards. Ratios are the peer's time over each way's.", "",
+             "| width | operation | peer | peer | shipped | at hand | dropped | / shipped | / at hand | / dropped |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for entry in part["widths"]:
+        runs = entry["runs"]
+        ops = list(dict.fromkeys(key.split("|")[0] for key in runs[0]))
+        for op in ops:
+            ways = {key.split("|")[1] for key in runs[0] if key.startswith(op + "|")}
+            peer = next(w for w in ways if w not in WAYS)
+            cell = [f"{entry['width']}", op, peer, _span([r[f"{op}|{peer}"] for r in runs])]
+            for way in WAYS:
+                cell.append(_span([r[f"{op}|{way}"] for r in runs]) if way in ways else "—")
+            for way in WAYS:
+                cell.append(_span([r[f"{op}|{peer}"] / r[f"{op}|{way}"] for r in runs], 2) + "x"
+                            if way in ways else "—")
+            lines.append("| " + " | ".join(cell) + " |")
+    return lines

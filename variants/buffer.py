@@ -29,7 +29,10 @@ same random stream — plus:
   otherwise it gathers with ``DeviceStorage.gather`` into
   recycled memory that is never handed out while any tensor of an earlier
   sample still refers to it (see ``TensorPool``): a sample never aliases the
-  storage or a sample the user still holds.
+  storage or a sample the user still holds; ``update_priority`` without
+  generations, once every slot is written, takes ``update_fast.try_update``
+  where it applies (the sampler's one native call, its fixed arguments bound
+  once per sampler and checked on every call).
 
 Cost: ``extend`` O(n * row size) (+ O(n log n + n log capacity) prioritized);
 ``sample`` O(B * row size) plus the sampler's cost.
@@ -51,8 +54,10 @@ from rbcheck.variants.device_storage import (
     same_device,
 )
 from rbcheck.variants.extend_fast import extend_lock, try_extend
+from rbcheck.variants.prioritized import PrioritizedSampler
 from rbcheck.variants.random_sampler import RandomSampler
 from rbcheck.variants.sample_fast import try_sample
+from rbcheck.variants.update_fast import try_update
 
 
 class ReplayBuffer(ReferenceReplayBuffer):
@@ -146,6 +151,10 @@ class ReplayBuffer(ReferenceReplayBuffer):
         """As the reference; the current generations from the writer (``generation_at``
         for a ``DeviceWriter``, else ``index_select``), none when there is nothing to
         compare them with (no ``generation``) and every slot is known to be written."""
+        sampler, writer = self.sampler, self.writer
+        if generation is None and type(sampler) is PrioritizedSampler and type(writer) is DeviceWriter \
+                and writer.write_count >= self.storage.capacity and try_update(sampler, index, priority):
+            return  # every slot written, and the sampler's fast path took it (update_fast.py)
         if not self.prioritized:
             raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
         if generation is None and self._ring_full():  # every slot written; the sampler checks

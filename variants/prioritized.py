@@ -23,7 +23,9 @@ Contract: the reference's (``reference/prioritized_sampler.py``), with
 * on the CPU, when ``rbcheck.variants.native`` loads, ``update_priority`` (no
   generations) is one C pass of checks, widening, ``+ eps`` and max, torch's
   ``pow``, one C pass checking that no transform overflowed and committing
-  the max, and one C update of both trees; ``sample`` is one C call for
+  the max, and one C update of both trees (all in one native call where the
+  pow may run in C, made by ``update_fast.try_update`` with what does not
+  change between updates bound once); ``sample`` is one C call for
   ``mass = u * total``, the descent and ``n * (leaf / total)``, torch's
   ``pow`` (the reference's, so the same bits), and one C call for the
   division and the float32 conversion; the trees' updates run in C too;
@@ -63,6 +65,7 @@ from rbcheck.variants.device_storage import TensorPool, resolved
 from rbcheck.variants.device_storage import check_index_fast as check_index
 from rbcheck.variants.native import torch_pow
 from rbcheck.variants.random_sampler import draw_into
+from rbcheck.variants.update_fast import try_update
 from rbcheck.variants.update_graph import graphed_store, transform_and_update
 from rbcheck.variants.vector_tree import (
     VectorMinTree,
@@ -162,7 +165,8 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
 
     def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
         if generation is None and current_generation is None and (
-                self._update_native(index, priority) or self._update_one_sync(index, priority)):
+                try_update(self, index, priority) or self._update_native(index, priority)
+                or self._update_one_sync(index, priority)):
             return
         index = check_index(index, self.capacity).to(self.device)
         raw = self.check_priority(priority, len(index))

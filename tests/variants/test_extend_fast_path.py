@@ -457,8 +457,8 @@ def test_update_priority_transforms_in_c_bit_for_bit(monkeypatch):
         for buf in (ref, fast):
             buf.extend(flat_rows(4096, 0, [1.0] * 4096))
         calls = []
-        real = native.update_whole
-        monkeypatch.setattr(native, "update_whole", lambda *a: calls.append(a[8]) or real(*a))
+        real = native._state["calls"].update_whole  # what every path's update calls (update_fast's too)
+        monkeypatch.setattr(native._state["calls"], "update_whole", lambda *a: calls.append(a[10]) or real(*a))
         monkeypatch.setattr(torch_pow, "_state", {**torch_pow._state, "vector": vector})
         for buf in (ref, fast):
             buf.update_priority(index, priority)

@@ -2,14 +2,16 @@
 
 The peers table (``bench/peers.py``) times whole calls. Where a cell stays near or below
 1.2x, the question is whether rbcheck could be faster with every check kept, or only by
-dropping one. This times, side by side in one process, the peer's call and three ways of
-making rbcheck's:
+dropping one. This times, side by side in one process, the peer's call and up to three
+ways of making rbcheck's:
 
 * ``shipped``: the public call (``ReplayBuffer.extend`` / ``update_priority``);
 * ``at hand``: extends only. The same checks of the batch (each column's type, dtype,
-  shape, device, contiguity and address; the rows' memory not moved; the generation column
-  bound), the same native call and counters, with the buffer's parts (storage, writer,
-  plan) already found: what finding them costs;
+  shape, device, contiguity and address; the rows' memory not moved; the generation column,
+  and for the prioritized buffer the trees, max priority, ``alpha`` and ``eps``, still the
+  ones bound, at the same addresses), the same native call and counters, with the
+  buffer's parts (storage, writer, sampler, plan, priority column) already found: what
+  finding them costs;
 * ``dropped``: the same native call and counters with every address computed once
   beforehand; none of the Python checks run. The checks of values made in C stay (a
   priority finite and >= 0, an index in range, no transform overflowing).
@@ -18,7 +20,9 @@ The cells: a 1-row extend into the uniform buffer against stable-baselines3's ``
 1-row extend into the prioritized buffer against cpprb's ``add``, and ``update_priority`` of
 ``batch`` slots against cpprb's ``update_priorities``. Every call is cold: 32 MiB are written
 by ``memset`` before each (C code neither side runs, where NumPy's or torch's own writes
-would warm the code of one side), the cells shuffled every repetition.
+would warm the code of one side). Each repetition calls, in a shuffled order, every peer's
+cell and one of rbcheck's ways per operation, the ways taking turns: with all three in
+every repetition, two calls of rbcheck's code would warm the caches for the third.
 
 Each way writes its own buffer, built alike and given the same calls. After timing, every
 buffer must equal the shipped one (rows, generations, counters, trees, max priority):
@@ -84,6 +88,13 @@ def extend_at_hand(buf, data):
             generation = writer.generation
             if generation is not plan.bound.get("generation") or generation.data_ptr() != plan.at["generation"]:
                 raise AssertionError("the generation column is not bound")
+            if prioritized:  # the trees, the max priority, alpha and eps still the ones bound, where they were
+                bound, sum_tree, min_tree, high = plan.bound, sampler.sum_tree, sampler.min_tree, sampler._max_priority
+                if (sum_tree._nodes is not bound["sum"] or min_tree._nodes is not bound["min"]
+                        or high is not bound["max"] or sampler.eps != bound["eps"] or sampler.alpha != bound["alpha"]
+                        or (sum_tree._nodes.data_ptr(), min_tree._nodes.data_ptr(), high.data_ptr())
+                        != plan.at["trees"]):
+                    raise AssertionError("the sampler's trees are not bound")
             return _commit(storage, writer, sampler, plan, calls, capacity, sources, column, A)
 
     return call
@@ -214,6 +225,7 @@ def measure(capacity: int, width: int, batch: int, reps: int, runs: int, log=pri
     cells[op, cpprb.name] = lambda: cpprb.update_priority(cp_updated, cp_index, cp_raw)
     cells[op, "shipped"] = lambda: updated["shipped"].update_priority(index, raw)
     cells[op, "dropped"] = update_dropped(updated["dropped"], index, raw)
+    ways = {op: [way for o, way in cells if o == op and way in WAYS] for op, _ in cells}
     cold = _Cold()
     for fn in cells.values():  # every way once before timing
         fn()
@@ -222,7 +234,10 @@ def measure(capacity: int, width: int, batch: int, reps: int, runs: int, log=pri
         times = {key: [] for key in cells}
         t0 = time.perf_counter()
         for rep in range(reps):
-            order = list(cells.items())
+            # each operation's peer and ONE of rbcheck's ways (in turn): a rotation holds as many
+            # calls like rbcheck's as the table's does, so no way warms the code of another for it
+            order = [(key, fn) for key, fn in cells.items()
+                     if key[1] not in WAYS or key[1] == ways[key[0]][rep % len(ways[key[0]])]]
             random.Random(f"checks/{width}/{run}/{rep}").shuffle(order)
             for key, fn in order:
                 cold()
@@ -253,9 +268,10 @@ def render(part: dict) -> list[str]:
     lines = ["", "## What the checks cost where rbcheck is nearest 1.2x", "",
              f"`python -m bench.peers --checks` (bench/check_costs.py), {part['date']} at commit "
              f"{part['commit']}, load average {part['load_average'][0]} to {part['load_average'][1]}: "
-             "each cell called cold (32 MiB written by `memset` before every call), shuffled, in one "
-             f"process; medians of {part['widths'][0]['reps']} calls in each of "
-             f"{len(part['widths'][0]['runs'])} runs (the range over runs), microseconds. "
+             "each cell called cold (32 MiB written by `memset` before every call), in one process; "
+             f"{part['widths'][0]['reps']} repetitions in each of {len(part['widths'][0]['runs'])} runs, "
+             "each calling every peer's cell and one of rbcheck's ways per operation (in turn), "
+             "shuffled; medians in microseconds (the range over runs). "
              "*shipped*: rbcheck's public call; *at hand*: the same checks of the batch, the same native "
              "call, the buffer's parts already found; *dropped*: the same native call with no Python "
              "check (the checks of values in C kept). Each way wrote its own buffer, and every buffer "

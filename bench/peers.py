@@ -1482,7 +1482,8 @@ def main(argv=None) -> int:
                         help="instead of the side-by-side run: time what rbcheck's checks cost in the "
                              "cells nearest 1.2x (bench/check_costs.py) into the report at --out "
                              "(which must exist)")
-    parser.add_argument("--check-reps", type=int, default=300, help="calls per cell and run (with --checks)")
+    parser.add_argument("--check-reps", type=int, default=600,
+                        help="repetitions per run (with --checks; rbcheck's ways take turns in them)")
     args = parser.parse_args(argv)
     if args.render is not None:
         paths = args.render or [str(DEFAULT_OUT)]

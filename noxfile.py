@@ -294,7 +294,8 @@ def bench(session: nox.Session) -> None:
     variant side by side with every peer (bench/peers.py: TorchRL, cpprb,
     tianshou, stable-baselines3; each answer checked first, three runs) into
     reports/peers.json, flashbax and RLlib each alone into reports/peers.NAME.json,
-    all rendered to docs/results/peers.md. Quote ratios, not times."""
+    the parts of save/load (--costs) and what the checks cost (--checks), all
+    rendered to docs/results/peers.md. Quote ratios, not times."""
     install(session, "test", "bench", "torchrl", *THIRD_PARTY_GROUPS)
     ensure_torchrl_extension(session)
     # one intra-op thread: stable numbers on shared machines (docs/benchmarks.md)
@@ -322,6 +323,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "rllib", "--capacity", "262144",
                 "--out", "reports/peers.rllib.json")
     session.run("python", "-m", "bench.peers", "--costs", "--out", "reports/peers.json")
+    session.run("python", "-m", "bench.peers", "--checks", "--out", "reports/peers.json")
     session.run("python", "-m", "bench.peers", "--render", "reports/peers.json", "-o", "docs/results/peers.md")
 
 

@@ -323,3 +323,22 @@ def test_check_costs_refuse_a_way_that_leaves_another_state(monkeypatch):
     monkeypatch.setattr(check_costs, "update_dropped", lambda buf, index, priority: lambda: None)
     with pytest.raises(P.CheckFailed, match="update_priority, dropped: sum_tree differs"):
         _check_costs()
+
+
+def test_phases_records_every_cell_and_the_memory_watched(tmp_path):
+    """bench/phases.py at a tiny size: one block, every cell timed, the huge pages of the
+    watched memory read, and the summary computed from the file."""
+    from bench import phases
+
+    if not Path("/proc/self/smaps").exists():
+        pytest.skip("bench/phases.py reads Linux's /proc")
+    out = tmp_path / "phases.jsonl"
+    assert phases.main(["--minutes", "0", "--capacity", "4096", "--width", "3", "--batch", "64",
+                        "--reps", "2", "--out", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 1
+    assert {"rb_update", "rb_usample", "rb_psample", "gather_4k", "gather_2m", "compute"} <= set(lines[0]["median_us"])
+    assert set(lines[0]["huge_kib"]) == {"rows", "tree", "plain", "huge"}
+    assert "gather_4k: median" in "\n".join(phases.summary(lines * 10))
+    with pytest.raises(SystemExit):
+        phases.main(["--batch", "0"])

@@ -88,6 +88,9 @@ def ops_for(extend_sizes) -> tuple[str, ...]:
 
 OPS = ops_for(EXTEND_SIZES)
 BASE = "rbcheck"  # the baseline: rbcheck's `device` variant on the CPU
+#: A cell of no library's code in every run's rotation: how fast the machine was in that run
+#: (``control_cell``; docs/benchmarks.md, "The slow phases are the machine's").
+CONTROL = "control"
 DEFAULT_OUT = Path("reports/peers.json")
 DEFAULT_DOC = Path("docs/results/peers.md")
 MIN_REPS = 3
@@ -1016,11 +1019,21 @@ def compared(bench: Bench, op: str, kind: bool | None = None) -> bool:
                and (kind is None or bench.baseline_kind(peer, op) == kind) for peer in bench.peers)
 
 
+def control_cell(capacity: int, width: int, batch: int):
+    """``CONTROL``'s call: torch's ``index_select`` of ``batch`` random rows (chosen once) from a
+    float32 tensor of ``capacity`` rows as wide as the benchmark's rows (``obs``, ``action``,
+    ``reward``), in the allocator's pages: memory-bound, and no library's code."""
+    table = torch.ones(capacity, width + 3)
+    index = torch.from_numpy(np.random.default_rng(5).integers(0, capacity, batch))
+    return lambda: table.index_select(0, index)
+
+
 def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -> list[dict]:
     """Round-robin timing; returns one result dict per (run, op, peer), plus the baselines.
     Each run makes one untimed pass over the in-memory operations' cells (after the
     previous run's checkpoints), times them in a shuffled rotation, then times
-    ``CHECKPOINT_OPS``' cells in one of their own."""
+    ``CHECKPOINT_OPS``' cells in one of their own. The in-memory rotation holds
+    ``CONTROL``'s cell too (its results: impl and op ``CONTROL``)."""
     results = []
     cells = {}
     for op in bench.ops:
@@ -1043,6 +1056,7 @@ def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -
                     base_kinds[op, kind] = lambda buf=buf, data=data: bench.base.extend(buf, data)
     for (op, kind), fn in base_kinds.items():
         cells[op, f"{BASE}:{'prioritized' if kind else 'uniform'}"] = fn
+    cells[CONTROL, CONTROL] = control_cell(bench.capacity, bench.width, bench.batch)
     for fn in cells.values():  # warm up
         fn()
     for run in range(runs):
@@ -1082,7 +1096,7 @@ def ratios(results: list[dict], peers: list[Peer], bench_kinds) -> list[dict]:
     index = {(r["run"], r["width"], r["op"], r["impl"]): r for r in results}
     out = []
     for r in results:
-        if r["impl"] == BASE or r["impl"].startswith(f"{BASE}:"):
+        if r["impl"] == BASE or r["impl"].startswith(f"{BASE}:") or r["impl"] == CONTROL:
             continue
         kind = bench_kinds(r["impl"], r["op"])
         base = index.get((r["run"], r["width"], r["op"], f"{BASE}:{kind}")) or \
@@ -1175,6 +1189,7 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
         "checks_passed": checks,
         "ratios": ratios(results, usable, lambda n, op: kind_of(n, op)),
         "baselines": [r for r in results if r["impl"] == BASE or r["impl"].startswith(f"{BASE}:")],
+        "controls": [r for r in results if r["impl"] == CONTROL],
     }
 
 
@@ -1378,6 +1393,7 @@ def render(report: dict) -> str:
             lines.append(f"| {key} | " + " | ".join(
                 f"{c['parts'][key][0] * 1e3:.0f} ({c['parts'][key][1] * 1e3:.0f})" if key in c["parts"] else "—"
                 for c in costs) + " |")
+    lines += _controls(report)
     if report.get("check_costs"):
         from bench import check_costs
 
@@ -1393,6 +1409,30 @@ def render(report: dict) -> str:
                      for w in sizes["widths"]]
             lines.append(f"| {label(op)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _controls(report: dict) -> list[str]:
+    """The section on ``CONTROL``'s medians in each run of each invocation (none recorded: none)."""
+    sets = [("the table's run", report.get("controls", []))]
+    sets += [(f"re-measured {', '.join(label(op) for op in m['ops'])}", m.get("controls", []))
+             for m in report.get("remeasured", [])]
+    sets += [(", ".join(part["peers"]), part.get("controls", [])) for part in report.get("parts", [])]
+    sets = [(name, rows) for name, rows in sets if rows]
+    if not sets:
+        return []
+    lines = ["", "## How fast the machine was in each run", "",
+             f"A cell of no library's code was timed in every run's rotation: torch's `index_select` of "
+             f"{report['sizes']['batch']} random rows of a float32 tensor with as many rows as the capacity "
+             "and as many columns as a row has floats, in the allocator's pages. Its median in each run, "
+             "microseconds. Where it is much slower in one run than in the others, the machine was slower "
+             "then: every call slows, memory-bound ones most, and rbcheck's faster calls more than the "
+             "peers' (docs/benchmarks.md, \"The slow phases are the machine's\").", "",
+             "| timed in | width | runs |", "|---|---|---|"]
+    for name, rows in sets:
+        for width in sorted({r["width"] for r in rows}):
+            runs = sorted((r for r in rows if r["width"] == width), key=lambda r: r["run"])
+            lines.append(f"| {name} | {width} | " + ", ".join(f"{r['median_s'] * 1e6:.0f}" for r in runs) + " |")
+    return lines
 
 
 def merge(report: dict, new: dict, ops) -> dict:
@@ -1411,7 +1451,7 @@ def merge(report: dict, new: dict, ops) -> dict:
          "checkpoint_rotation": new["sizes"].get("checkpoint_rotation", False),
          "settle_pass": new["sizes"].get("settle_pass", False),
          "load_average": new["machine"]["load_average"], "checks_passed": new["checks_passed"],
-         "model": new["machine"].get("model", "CPU not recorded")})
+         "model": new["machine"].get("model", "CPU not recorded"), "controls": new.get("controls", [])})
     return report
 
 
@@ -1441,7 +1481,7 @@ def merge_parts(report: dict, parts: list[tuple[str, dict]]) -> dict:
              "sizes": part["sizes"], "load_average": part["machine"]["load_average"],
              "model": part["machine"].get("model", "CPU not recorded"),
              "torch": part["machine"]["torch"], "checks_passed": part["checks_passed"],
-             "baselines": part["baselines"]})
+             "baselines": part["baselines"], "controls": part.get("controls", [])})
     return report
 
 

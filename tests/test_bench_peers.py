@@ -163,6 +163,32 @@ def test_checkpoints_are_timed_in_a_rotation_of_their_own(monkeypatch):
     assert "`save` and `load` in a rotation of their own" in P.render(json.loads(json.dumps(report)))
 
 
+def test_every_run_times_the_control_beside_the_in_memory_cells(monkeypatch, tmp_path):
+    """The control (no library's code) is timed in each run's in-memory rotation, never among
+    the checkpoints, gets no ratio, and its medians per run are rendered, a part's too."""
+    calls, real = _timed_calls(monkeypatch), P.control_cell
+
+    def spied(*args):
+        fn = real(*args)
+        return lambda: (calls.append((P.CONTROL, P.CONTROL)), fn())
+
+    monkeypatch.setattr(P, "control_cell", spied)
+    report = P.run([Stub()], log=lambda line: None, **{**SMALL, "runs": 2})
+    reps = SMALL["reps"]
+    assert calls.count((P.CONTROL, P.CONTROL)) == 1 + 2 * (1 + reps)  # warm-up; per run an untimed pass
+    checkpoint = [op in P.CHECKPOINT_OPS for op, _ in calls] + [False]
+    assert not any(checkpoint[i - 1] and checkpoint[i + 1]  # never inside a checkpoint rotation
+                   for i, (op, _) in enumerate(calls) if op == P.CONTROL and i), calls
+    assert [(c["run"], c["width"], c["n"]) for c in report["controls"]] == [(0, 3, reps), (1, 3, reps)]
+    assert not any(r["peer"] == P.CONTROL for r in report["ratios"])
+    text = P.render(json.loads(json.dumps(report)))
+    medians = ", ".join(f"{c['median_s'] * 1e6:.0f}" for c in report["controls"])
+    assert "## How fast the machine was in each run" in text and f"| the table's run | 3 | {medians} |" in text
+    (tmp_path / "peers.json").write_text(json.dumps(report))
+    (tmp_path / "peers.other.json").write_text(json.dumps(P.run([Other()], log=lambda line: None, **SMALL)))
+    assert "| other | 3 |" in P.render(P.load_report(tmp_path / "peers.json"))
+
+
 class NoCheckpoint(Stub):
     unsupported = {"save": "no checkpoint", "load": "no checkpoint"}
 

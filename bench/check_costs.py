@@ -76,6 +76,9 @@ def extend_at_hand(buf, data):
 
     def call():
         with extend_lock(storage):
+            batch = data._batch_size  # try_extend's checks of the batch's size and keys
+            if len(batch) != 1 or not 1 <= batch[0] <= capacity or len(source) != len(plan.specs):
+                raise AssertionError("the batch is not one row of the buffer's columns")
             sources = []
             for name, dtype, shape in layout:
                 value = source.get(name)
@@ -187,7 +190,8 @@ def same_state(got: dict, want: dict, where: str) -> None:
     """Raises ``P.CheckFailed`` naming the first part of ``got`` that differs from ``want``."""
     for key, value in want.items():
         other = got.get(key)
-        same = torch.equal(other, value) if isinstance(value, torch.Tensor) else other == value
+        same = (torch.equal(other, value) if isinstance(other, torch.Tensor) else False) \
+            if isinstance(value, torch.Tensor) else other == value
         if not same:
             raise P.CheckFailed(f"{where}: {key} differs from the shipped call's")
 
@@ -197,6 +201,9 @@ def measure(capacity: int, width: int, batch: int, reps: int, runs: int, log=pri
     """Median microseconds of every cell in each run; afterwards every way's buffer is
     checked equal to the shipped one's. The peers: stable-baselines3 (uniform) and cpprb
     (prioritized) unless given."""
+    if reps < len(WAYS) or reps % len(WAYS):
+        raise ValueError(f"reps={reps}, but should be a positive multiple of {len(WAYS)} (the ways "
+                         "take turns; each must make as many calls for the states to be compared)")
     rb, sb3, cpprb = P.Rbcheck(), uniform_peer or P.SB3(), prioritized_peer or P.Cpprb()
     for peer in (sb3, cpprb):
         why = peer.unavailable()
@@ -276,7 +283,7 @@ def render(part: dict) -> list[str]:
              "call, the buffer's parts already found; *dropped*: the same native call with no Python "
              "check (the checks of values in C kept). Each way wrote its own buffer, and every buffer "
              "equalled the shipped one's afterwards. Ratios are the peer's time over each way's.", "",
-             "| width | operation | peer | peer | shipped | at hand | dropped | / shipped | / at hand | / dropped |",
+             "| width | operation | peer | its time | shipped | at hand | dropped | / shipped | / at hand | / dropped |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for entry in part["widths"]:
         runs = entry["runs"]

@@ -1025,7 +1025,12 @@ def control_cell(capacity: int, width: int, batch: int):
     ``reward``), in the allocator's pages: memory-bound, and no library's code."""
     table = torch.ones(capacity, width + 3)
     index = torch.from_numpy(np.random.default_rng(5).integers(0, capacity, batch))
-    return lambda: table.index_select(0, index)
+
+    def call():
+        return table.index_select(0, index)
+
+    call.table = table  # the memory it reads (bench/phases.py watches its pages)
+    return call
 
 
 def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -> list[dict]:
@@ -1536,6 +1541,9 @@ def main(argv=None) -> int:
                              ("--reps", args.reps, MIN_REPS), ("--runs", args.runs, 1)):
         if value < low:
             parser.error(f"{name}={value}, but should be an int >= {low}")
+    if args.check_reps < 3 or args.check_reps % 3:
+        parser.error(f"--check-reps={args.check_reps}, but should be a positive multiple of 3 "
+                     "(rbcheck's three ways take turns)")
     widths = [int(w) for w in args.widths.split(",")]
     if any(w < 1 for w in widths):
         parser.error(f"--widths={args.widths}, but should be integers >= 1")

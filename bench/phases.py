@@ -7,8 +7,9 @@ could explain them. In blocks of ``--reps`` shuffled repetitions it times rbchec
 ``update_priorities`` and prioritized ``sample`` where cpprb is installed, and controls
 that run no rbcheck code:
 
-* ``gather_4k`` / ``gather_2m``: torch's ``index_select`` of ``batch`` random rows from a
-  tensor as large as rbcheck's rows, in 4 KiB pages / in huge pages (``empty_huge``);
+* ``gather_4k`` / ``gather_2m``: torch's ``index_select`` of ``batch`` random rows (chosen
+  once) from a tensor as large as rbcheck's rows, in the allocator's pages (the peers
+  table's control, ``peers.control_cell``) / in huge pages (``empty_huge``);
 * ``compute``: 50 products of 64x64 float32 matrices (in cache).
 
 Per block it writes one JSON line: each cell's median (us), the steal and idle time
@@ -77,15 +78,15 @@ def cells(capacity: int, width: int, batch: int) -> tuple[dict, dict]:
     rb = P.Rbcheck()
     prio, uni = rb.build(capacity, width, True), rb.build(capacity, width, False)
     index, raw = rb.prepare_update(*P.update_args(capacity, batch))
-    plain = torch.ones(capacity, width + 3)
+    control = P.control_cell(capacity, width, batch)
+    plain = control.table
     huge = empty_huge((capacity, width + 3), torch.float32)
     huge.fill_(1.0)
-    g = np.random.default_rng(0)
+    rows = torch.from_numpy(np.random.default_rng(5).integers(0, capacity, batch))
     a = torch.randn(64, 64)
     out = {"rb_update": lambda: prio.update_priority(index, raw),
            "rb_usample": lambda: uni.sample(batch), "rb_psample": lambda: prio.sample(batch),
-           "gather_4k": lambda: plain.index_select(0, torch.from_numpy(g.integers(0, capacity, batch))),
-           "gather_2m": lambda: huge.index_select(0, torch.from_numpy(g.integers(0, capacity, batch))),
+           "gather_4k": control, "gather_2m": lambda: huge.index_select(0, rows),
            "compute": lambda: [torch.mm(a, a) for _ in range(50)]}
     cp = P.Cpprb()
     if cp.unavailable() is None:
@@ -137,6 +138,9 @@ def _corr(a: list, b: list) -> float:
 def summary(lines: list[dict], window: int = 10) -> list[str]:
     """Each cell's median, its range over windows of ``window`` blocks (slowest window's
     median over the fastest's) and its correlation with the controls."""
+    if len(lines) < 2 * window:
+        raise ValueError(f"{len(lines)} blocks, but the summary needs at least {2 * window} "
+                         f"(two windows of {window})")
     keys = list(lines[0]["median_us"])
     smooth = {k: [statistics.median(r["median_us"][k] for r in lines[i:i + window])
                   for i in range(0, len(lines) - window + 1, window)] for k in keys}

@@ -313,7 +313,7 @@ def test_library_drivers_pass_every_check_at_a_small_size(peer, module):
 def _check_costs(**kw):
     from bench import check_costs
 
-    return check_costs.measure(256, 3, 16, 3, 1, log=lambda line: None, uniform_peer=Stub(),
+    return check_costs.measure(256, 3, 16, 6, 1, log=lambda line: None, uniform_peer=Stub(),
                                prioritized_peer=Stub(), **kw)
 
 
@@ -329,6 +329,15 @@ def test_check_costs_time_each_way_and_render():
     assert set(part["runs"][0]) == want and all(t > 0 for t in part["runs"][0].values())
     text = "\n".join(check_costs.render({"date": "d", "commit": "c", "load_average": [1, 1], "widths": [part]}))
     assert "| 3 | update_priority 16 | stub |" in text and "| 3 | extend 1 row, uniform | stub |" in text
+
+
+def test_check_costs_refuse_repetitions_the_ways_cannot_share():
+    from bench import check_costs
+
+    with pytest.raises(ValueError, match="reps=4, but should be a positive multiple of 3"):
+        check_costs.measure(256, 3, 16, 4, 1, uniform_peer=Stub(), prioritized_peer=Stub())
+    with pytest.raises(SystemExit):
+        P.main(["--checks", "--check-reps", "0"])
 
 
 def test_check_costs_refuse_a_way_that_leaves_another_state(monkeypatch):
@@ -365,6 +374,8 @@ def test_phases_records_every_cell_and_the_memory_watched(tmp_path):
     assert len(lines) == 1
     assert {"rb_update", "rb_usample", "rb_psample", "gather_4k", "gather_2m", "compute"} <= set(lines[0]["median_us"])
     assert set(lines[0]["huge_kib"]) == {"rows", "tree", "plain", "huge"}
-    assert "gather_4k: median" in "\n".join(phases.summary(lines * 10))
+    assert "gather_4k: median" in "\n".join(phases.summary(lines * 20))
+    with pytest.raises(ValueError, match="1 blocks, but the summary needs at least 20"):
+        phases.summary(lines)
     with pytest.raises(SystemExit):
         phases.main(["--batch", "0"])

@@ -98,6 +98,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
             self.min_tree.nodes = place(self.min_tree.nodes, device)
         self.device = self.sum_tree.device = self.min_tree.device = device
         self._max_priority = self._max_priority.to(self.device)
+        self.__dict__.pop("_update_plan", None)  # update_fast's: it would keep the old trees alive
         return self
 
     @property
@@ -306,3 +307,4 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         sum_tree.load_state_dict(self.sum_tree.state_dict())
         min_tree.load_state_dict(self.min_tree.state_dict())
         self.sum_tree, self.min_tree = sum_tree, min_tree
+        self.__dict__.pop("_update_plan", None)  # update_fast's: bound to the trees replaced

@@ -6,10 +6,8 @@ check, both trees, then the max priority). Before it, on every update, it checks
 argument of that call, the trees and the max priority tensor too (CPU, contiguous:
 torch's getters), looks up its workspaces (``kept``) and whether the pow may run in C
 (``torch_pow.in_c``), through four Python calls. Called cold, as between the other
-calls of a training loop, each of those lookups misses the cache. Measured beside
-cpprb's ``update_priorities`` in a rotation of ten cells (4096 priorities, 2^20 slots,
-32 MiB written between calls, docs/benchmarks.md): the native call alone took
-~380-400 us, the shipped path ~445-470 us.
+calls of a training loop, each of those lookups misses the cache; what they cost
+beside the native call is measured in docs/benchmarks.md ("eighth run").
 
 ``try_update(sampler, index, priority)`` makes the same call with what does not change
 between updates bound once per sampler (``_UpdatePlan``: the trees and the max priority

@@ -48,13 +48,12 @@ def update_all(ref, fast, slow, index, priority, monkeypatch):
 
 
 def assert_trees(fast, slow) -> None:
-    """Both trees, every node, as the path without the fast one left them (the state
-    holds the leaves only; the min tree feeds the weights)."""
+    """Both trees, every node as a reader sees it (``nodes``: the shadow levels recomputed
+    when an update marked them stale), as the path without the fast one left them (the
+    state holds the leaves only; the min tree feeds the weights)."""
     for name in ("sum_tree", "min_tree"):
         got, want = getattr(fast.sampler, name), getattr(slow.sampler, name)
-        got.materialize()
-        want.materialize()
-        assert torch.equal(got.raw_nodes, want.raw_nodes), name
+        assert torch.equal(got.nodes, want.nodes), name
 
 
 def taken(monkeypatch) -> list:
@@ -70,7 +69,7 @@ def taken(monkeypatch) -> list:
     return results
 
 
-updates = st.lists(st.tuples(st.lists(st.integers(-2, 40), min_size=1, max_size=12),
+updates = st.lists(st.tuples(st.lists(st.integers(-2, 70), min_size=1, max_size=12),
                              st.sampled_from([torch.float32, torch.float64]),
                              st.lists(st.sampled_from([0.0, 1e-300, 0.5, 3.25, 1e6, -1.0, float("nan"),
                                                        float("inf")]) | st.floats(0, 50),
@@ -79,13 +78,15 @@ updates = st.lists(st.tuples(st.lists(st.integers(-2, 40), min_size=1, max_size=
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.sampled_from([20, 32, 45]), program=updates)
+@given(rows=st.sampled_from([40, 64, 90]), program=updates)
 def test_updates_match_the_reference(rows, program):
     """Programs of updates (repeated and out-of-range slots, bad priorities) on a buffer
-    partly and wholly written: the reference's state and errors after every update."""
+    partly and wholly written: the reference's state and errors after every update. 64
+    slots: trees deep enough to have shadow levels, which the update leaves stale."""
     with pytest.MonkeyPatch.context() as monkeypatch:
         results = taken(monkeypatch)
-        ref, fast, slow = filled(32, rows, monkeypatch)
+        ref, fast, slow = filled(64, rows, monkeypatch)
+        assert fast.sampler.sum_tree.has_shadow
         for index, dtype, values in program:
             index = torch.tensor(index, dtype=torch.long)
             priority = torch.tensor(values[:len(index)], dtype=dtype)
@@ -147,4 +148,38 @@ def test_the_comparison_catches_a_fast_path_that_skips_the_min_tree(monkeypatch)
                monkeypatch)
     assert_same(ref, fast, slow)  # the leaves: the sum tree's
     with pytest.raises(AssertionError, match="min_tree"):
+        assert_trees(fast, slow)
+
+
+def test_a_new_alpha_or_eps_binds_again(monkeypatch):
+    """``alpha`` and ``eps`` set on a sampler after its plan was bound: the next update uses
+    them (the reference's bits), through a new plan."""
+    ref, fast, slow = filled(64, 64, monkeypatch)
+    index, priority = torch.tensor([7, 8, 40]), torch.tensor([0.5, 2.0, 9.0], dtype=torch.float64)
+    update_all(ref, fast, slow, index, priority, monkeypatch)
+    for name, value in (("alpha", 0.7), ("eps", 1e-3)):
+        plan = fast.sampler._update_plan
+        for buf in (ref, fast, slow):
+            setattr(buf.sampler, name, value)
+        update_all(ref, fast, slow, index, priority * 3, monkeypatch)
+        assert fast.sampler._update_plan is not plan and getattr(fast.sampler._update_plan, name) == value
+        assert_same(ref, fast, slow)
+        assert_trees(fast, slow)
+
+
+def test_the_comparison_catches_a_fast_path_that_leaves_no_stale_mark(monkeypatch):
+    """The update leaves the shadow levels stale; a fast path that does not say so hands
+    readers of ``nodes`` wrong inner nodes, and the comparison sees it."""
+    ref, fast, slow = filled(64, 64, monkeypatch)
+    real = update_fast.try_update
+
+    def unmarked(sampler, index, priority):
+        done = real(sampler, index, priority)
+        sampler.sum_tree._stale = False
+        return done
+
+    monkeypatch.setattr("rbcheck.variants.buffer.try_update", unmarked)
+    update_all(ref, fast, slow, torch.tensor([1, 2, 3]), torch.tensor([5.0, 1e-3, 7.0], dtype=torch.float64),
+               monkeypatch)
+    with pytest.raises(AssertionError, match="sum_tree"):
         assert_trees(fast, slow)

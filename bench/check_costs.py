@@ -32,7 +32,6 @@ buffer must equal the shipped one (rows, generations, counters, trees, max prior
 from __future__ import annotations
 
 import ctypes
-import gc
 import random
 import statistics
 import time
@@ -248,12 +247,7 @@ def measure(capacity: int, width: int, batch: int, reps: int, runs: int, log=pri
             random.Random(f"checks/{width}/{run}/{rep}").shuffle(order)
             for key, fn in order:
                 cold()
-                gc.disable()
-                t = time.perf_counter()
-                fn()
-                dt = time.perf_counter() - t
-                gc.enable()
-                times[key].append(dt)
+                times[key].append(P.timed(fn))
         out.append({f"{op}|{way}": statistics.median(ts) * 1e6 for (op, way), ts in times.items()})
         log(f"checks, width {width}, run {run + 1}/{runs}: {time.perf_counter() - t0:.0f} s")
     for kind in (False, True):

@@ -1019,6 +1019,16 @@ def compared(bench: Bench, op: str, kind: bool | None = None) -> bool:
                and (kind is None or bench.baseline_kind(peer, op) == kind) for peer in bench.peers)
 
 
+def timed(fn) -> float:
+    """Seconds one call of ``fn`` takes, the garbage collector held off during it."""
+    gc.disable()
+    t = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t
+    gc.enable()
+    return dt
+
+
 def control_cell(capacity: int, width: int, batch: int):
     """``CONTROL``'s call: torch's ``index_select`` of ``batch`` random rows (chosen once) from a
     float32 tensor of ``capacity`` rows as wide as the benchmark's rows (``obs``, ``action``,
@@ -1081,11 +1091,7 @@ def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -
                 for key, fn in order:
                     if rep >= MIN_REPS and spent[key] > budget_s:
                         continue
-                    gc.disable()
-                    t = time.perf_counter()
-                    fn()
-                    dt = time.perf_counter() - t
-                    gc.enable()
+                    dt = timed(fn)
                     times[key].append(dt)
                     spent[key] += dt
         log(f"width {bench.width}, run {run + 1}/{runs}: {time.perf_counter() - t_run:.0f} s, "

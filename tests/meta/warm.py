@@ -101,6 +101,16 @@ class _Worker:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        self.close_pipes()
+
+    def close_pipes(self) -> None:
+        """Its ends of the pipes (else each is left for the collector, with a ResourceWarning,
+        or a BrokenPipeError where a dead worker's input was still buffered)."""
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
 
 class WarmPool:
@@ -143,11 +153,12 @@ class WarmPool:
     def close(self) -> None:
         for worker in self.all:
             if worker.proc.poll() is None:
-                worker.proc.stdin.close()
+                worker.close_pipes()  # the end of its input ends its loop
                 try:
                     worker.proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     worker.close()
+            worker.close_pipes()
         shutil.rmtree(self.logs, ignore_errors=True)
 
 

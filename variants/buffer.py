@@ -30,9 +30,9 @@ same random stream — plus:
   recycled memory that is never handed out while any tensor of an earlier
   sample still refers to it (see ``TensorPool``): a sample never aliases the
   storage or a sample the user still holds; ``update_priority`` without
-  generations, once every slot is written, takes ``update_fast.try_update``
-  where it applies (the sampler's one native call, its fixed arguments bound
-  once per sampler and checked on every call).
+  generations, once every slot is written, goes straight to the sampler (whose
+  native path takes ``update_fast.try_update`` where it applies: one native
+  call, its fixed arguments bound once per sampler and checked on every call).
 
 Cost: ``extend`` O(n * row size) (+ O(n log n + n log capacity) prioritized);
 ``sample`` O(B * row size) plus the sampler's cost.
@@ -57,7 +57,6 @@ from rbcheck.variants.extend_fast import extend_lock, try_extend
 from rbcheck.variants.prioritized import PrioritizedSampler
 from rbcheck.variants.random_sampler import RandomSampler
 from rbcheck.variants.sample_fast import try_sample
-from rbcheck.variants.update_fast import try_update
 
 
 class ReplayBuffer(ReferenceReplayBuffer):
@@ -153,8 +152,9 @@ class ReplayBuffer(ReferenceReplayBuffer):
         compare them with (no ``generation``) and every slot is known to be written."""
         sampler, writer = self.sampler, self.writer
         if generation is None and type(sampler) is PrioritizedSampler and type(writer) is DeviceWriter \
-                and writer.write_count >= self.storage.capacity and try_update(sampler, index, priority):
-            return  # every slot written, and the sampler's fast path took it (update_fast.py)
+                and writer.write_count >= self.storage.capacity:  # _ring_full() of a variants' sampler, cheaper
+            sampler.update_priority(index, priority)  # the sampler checks the index (the same message)
+            return
         if not self.prioritized:
             raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
         if generation is None and self._ring_full():  # every slot written; the sampler checks

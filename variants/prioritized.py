@@ -166,8 +166,7 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
 
     def update_priority(self, index, priority, generation=None, current_generation=None) -> None:
         if generation is None and current_generation is None and (
-                try_update(self, index, priority) or self._update_native(index, priority)
-                or self._update_one_sync(index, priority)):
+                self._update_native(index, priority) or self._update_one_sync(index, priority)):
             return
         index = check_index(index, self.capacity).to(self.device)
         raw = self.check_priority(priority, len(index))
@@ -211,7 +210,13 @@ class PrioritizedSampler(ReferencePrioritizedSampler):
         transform overflowed and only then commits the max;
         one C call updates both trees (``first``: ``index`` is the ring slots ``first,
         first + 1, ...``, written as one or two ranges). False when it does not apply or a check fails
-        (nothing changed): the full path then runs (and raises the reference's error)."""
+        (nothing changed): the full path then runs (and raises the reference's error).
+        Without ``first``, ``update_fast.try_update`` makes the call first where it applies
+        (its fixed arguments bound once); its answer stands, so a failed check in C runs once."""
+        if first is None:
+            done = try_update(self, index, priority)
+            if done is not None:
+                return done
         if not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
                 or index.dtype != torch.long or index.dim() != 1 or not len(index) \
                 or priority.dtype not in (torch.float32, torch.float64) \

@@ -23,8 +23,9 @@ Every update still:
 * leaves the checks of values to the native call (indices in range, priorities
   finite and >= 0, no transform overflowing: nothing changes when one fails).
 
-False, with nothing changed, when it does not apply or a check fails: the caller goes
-on to ``_update_native`` and the full path, which raises the reference's error. The
+None when it does not apply (the caller, ``_update_native``, goes on with its general
+path); False when a check in C failed (nothing changed: the full path runs and raises
+the reference's error). The
 native call and its arguments are ``_update_native``'s, so the state afterwards is
 the same bit for bit (tests/variants/test_update_fast_path.py).
 
@@ -91,24 +92,24 @@ def _current(sampler, plan: _UpdatePlan) -> bool:
             and (plan.sum.data_ptr(), plan.min.data_ptr(), high.data_ptr()) == plan.at)
 
 
-def try_update(sampler, index, priority) -> bool:
+def try_update(sampler, index, priority) -> bool | None:
     """``update_priority(index, priority)`` without generations, as ``_update_native``
-    makes it (one native call); True when done, False when it does not apply or a
-    check fails (nothing changed: the caller goes on to ``_update_native``)."""
+    makes it (one native call): True when done; False when a check in C failed; None
+    when the fast path does not apply. Nothing changed unless True."""
     if not ENABLED or not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
             or index.dtype is not torch.long or index.dim() != 1 \
             or (priority.dtype is not torch.float64 and priority.dtype is not torch.float32) \
             or priority.shape != index.shape or not (index.is_cpu and priority.is_cpu) \
             or not (index.is_contiguous() and priority.is_contiguous()):
-        return False
+        return None
     n = index.shape[0]
     if not 1 <= n < torch_pow.GRAIN:
-        return False
+        return None
     plan = sampler.__dict__.get("_update_plan")
     if plan is None or not _current(sampler, plan):
         plan = bind(sampler)
         if plan is None:
-            return False
+            return None
     value, high = sampler.work.get(("update", n)) or kept(  # _update_native's workspaces
         sampler.work, ("update", n), lambda: (torch.empty(n, dtype=torch.float64), torch.empty(1, dtype=torch.float64)))
     code = plan.calls.update_whole(

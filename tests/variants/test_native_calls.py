@@ -166,8 +166,8 @@ def test_update_whole_refuses_what_the_reference_refuses_and_changes_nothing(cas
         "index out of range": ([1, 64], [1.0, 1.0], 1), "NaN priority": ([1, 2], [float("nan"), 1.0], 1),
         "negative priority": ([1, 2], [-1.0, 1.0], 1), "overflow": ([1, 2], [1e300, 1.0], 2)}[case]
     codes = []
-    real = native.update_whole
-    monkeypatch.setattr(native, "update_whole", lambda *a: codes.append(real(*a)) or codes[-1])
+    real = native._state["calls"].update_whole  # what every path's update calls (update_fast's too)
+    monkeypatch.setattr(native._state["calls"], "update_whole", lambda *a: codes.append(real(*a)) or codes[-1])
     raised = []
     for buf in (ref, fast):
         with pytest.raises(ValueError) as err:

@@ -120,7 +120,7 @@ class _Plan:
     place), the others every call."""
 
     __slots__ = ("cols", "watched", "specs", "layouts", "block", "address", "bound", "value", "views", "high",
-                 "priority", "c_pow", "free", "at", "large")
+                 "priority", "c_pow", "free", "at", "large", "room")
 
     def __init__(self, storage: DeviceStorage):
         self.cols = storage._cols
@@ -130,7 +130,7 @@ class _Plan:
         self.views: dict = {}
         self.bound: dict = {}
         self.at: dict = {}  # the addresses the block holds for the bound objects, as ints (read warm)
-        self.value = None
+        self.value, self.room = None, 0
         self.c_pow = False  # rb_extend_prepare may finish the transform (see bind_sampler)
         self.free: dict = {}  # n -> slot tensors made ahead (``slots``)
         self.large = TensorPool(per_key=2, max_keys=4)  # a large batch's slot tensors (``slots``)
@@ -171,6 +171,7 @@ class _Plan:
         the largest n, its address in the block; a few views kept)."""
         if self.value is None or len(self.value) < n:
             self.value = torch.empty(max(n, 256), dtype=torch.float64)
+            self.room = max(n, 256)  # len(self.value), for _write
             self.block[A.VALUE] = self.value.data_ptr()
             self.views.clear()
         if len(self.views) >= 8:
@@ -367,7 +368,7 @@ def _write(buffer, data, plan: _Plan, calls, source: dict, n: int, capacity: int
             block[A.PRIORITY] = 0  # none: the max priority, as on_write
         if plan.c_pow and n < torch_pow.GRAIN:  # the transform in C, as torch's pow computes it
             block[A.DO_POW] = 1
-            if n > len(plan.value):
+            if n > plan.room:  # an int: Tensor.__len__ is Python in torch (~10-15 us cold)
                 plan.values(n)
             # rb_extend_prepare then rb_extend, one call
             if calls.extend(plan.address, A.WHOLE, first, n, count, index.data_ptr(), *sources):

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -157,15 +158,21 @@ def run_conformance(impl: str, files, targets, results: Path, extra=()) -> subpr
 
 
 _POOL: list[WarmPool] = []
+_POOL_LOCK = threading.Lock()
 
 
 def shared_pool() -> WarmPool:
     """The warm workers of this session (one per core, at most 4), started
-    on first use and closed at exit."""
-    if not _POOL:
-        _POOL.append(WarmPool(WORKERS, pool_env(PYTHONPATH), ROOT))
-        atexit.register(_POOL[0].close)
-    return _POOL[0]
+    on first use and closed at exit. Threads of ``ThreadPoolExecutor`` ask for it
+    at once: without the lock, two could each start a pool, and the one not at
+    ``_POOL[0]`` was never closed (CI's run ended with its workers still running
+    and four pipes unclosed)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            pool = WarmPool(WORKERS, pool_env(PYTHONPATH), ROOT)
+            _POOL.append(pool)
+            atexit.register(pool.close)
+        return _POOL[0]
 
 
 def outcomes(results: Path) -> dict[str, tuple[str, str]]:

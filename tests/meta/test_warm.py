@@ -89,3 +89,39 @@ def test_a_run_past_its_timeout_is_a_failure_and_the_pool_serves_on(pool):
     assert hung.returncode < 0, f"exit status={hung.returncode}, but should be < 0 (the run timed out)"
     assert "exceeded" in hung.stderr
     assert run(pool, "test_passes.py").returncode == 0
+
+
+def test_the_shared_pool_is_made_once_when_threads_ask_at_once(monkeypatch):
+    """The mutants' runs ask for the shared pool from several threads at once: one pool
+    is made and closed at exit (two made at once left one never closed, its workers
+    still running when CI's run ended)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.meta import test_mutants_caught as mutants
+
+    made, closes = [], []
+
+    class Pool:
+        def __init__(self, *args):
+            made.append(self)
+            time.sleep(0.05)  # the window in which another thread would see no pool yet
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(mutants, "WarmPool", Pool)
+    monkeypatch.setattr(mutants, "_POOL", [])
+    monkeypatch.setattr(mutants.atexit, "register", closes.append)
+    start = threading.Barrier(4)
+
+    def ask(_):
+        start.wait()  # all four at once
+        return mutants.shared_pool()
+
+    with ThreadPoolExecutor(4) as threads:
+        got = list(threads.map(ask, range(4)))
+    assert len(made) == 1, f"{len(made)} pools made"
+    assert all(pool is made[0] for pool in got)
+    assert closes == [made[0].close]

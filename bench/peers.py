@@ -1554,22 +1554,19 @@ def main(argv=None) -> int:
     if any(w < 1 for w in widths):
         parser.error(f"--widths={args.widths}, but should be integers >= 1")
     torch.set_num_threads(int(os.environ.get("RBCHECK_BENCH_THREADS", "1")))
-    if args.costs:
+    if args.costs or args.checks:  # a section added to the report at --out
         report = json.loads(Path(args.out).read_text())
-        report["checkpoint_costs"] = [checkpoint_costs(args.capacity, w) for w in widths]
-        report["checkpoint_costs_load_average"] = round(os.getloadavg()[0], 1)
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-        print(f"wrote {args.out}")
-        return 0
-    if args.checks:
-        from bench import check_costs
+        if args.costs:
+            report["checkpoint_costs"] = [checkpoint_costs(args.capacity, w) for w in widths]
+            report["checkpoint_costs_load_average"] = round(os.getloadavg()[0], 1)
+        else:
+            from bench import check_costs
 
-        report = json.loads(Path(args.out).read_text())
-        load0 = round(os.getloadavg()[0], 1)
-        part = [check_costs.measure(args.capacity, w, args.batch, args.check_reps, args.runs) for w in widths]
-        report["check_costs"] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                                 "commit": _git_commit(), "load_average": [load0, round(os.getloadavg()[0], 1)],
-                                 "widths": part}
+            load0 = round(os.getloadavg()[0], 1)
+            part = [check_costs.measure(args.capacity, w, args.batch, args.check_reps, args.runs) for w in widths]
+            report["check_costs"] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                                     "commit": _git_commit(), "load_average": [load0, round(os.getloadavg()[0], 1)],
+                                     "widths": part}
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {args.out}")
         return 0

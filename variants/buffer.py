@@ -54,7 +54,6 @@ from rbcheck.variants.device_storage import (
     same_device,
 )
 from rbcheck.variants.extend_fast import extend_lock, try_extend
-from rbcheck.variants.prioritized import PrioritizedSampler
 from rbcheck.variants.random_sampler import RandomSampler
 from rbcheck.variants.sample_fast import try_sample
 
@@ -151,15 +150,12 @@ class ReplayBuffer(ReferenceReplayBuffer):
         for a ``DeviceWriter``, else ``index_select``), none when there is nothing to
         compare them with (no ``generation``) and every slot is known to be written."""
         sampler, writer = self.sampler, self.writer
-        if generation is None and type(sampler) is PrioritizedSampler and type(writer) is DeviceWriter \
-                and writer.write_count >= self.storage.capacity:  # _ring_full() of a variants' sampler, cheaper
+        if generation is None and isinstance(writer, DeviceWriter) and writer.write_count >= self.storage.capacity \
+                and hasattr(sampler, "update_priority"):  # a ring with every slot written, a prioritized sampler
             sampler.update_priority(index, priority)  # the sampler checks the index (the same message)
             return
         if not self.prioritized:
             raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
-        if generation is None and self._ring_full():  # every slot written; the sampler checks
-            self.sampler.update_priority(index, priority)  # the index (the same message)
-            return
         index = check_index_fast(index, self.capacity)
         if generation is None and self._all_written(index):
             self.sampler.update_priority(index, priority)
@@ -170,10 +166,6 @@ class ReplayBuffer(ReferenceReplayBuffer):
         else:
             current = self.writer.generation.index_select(0, index_there)
         self.sampler.update_priority(index, priority, generation, current_generation=current)
-
-    def _ring_full(self) -> bool:
-        """Whether a ``DeviceWriter`` (a ring) has written every slot."""
-        return isinstance(self.writer, DeviceWriter) and self.writer.write_count >= self.capacity
 
     def _all_written(self, index: torch.Tensor) -> bool:
         """Whether every slot in ``index`` (checked: in ``[0, capacity)``) holds a row,

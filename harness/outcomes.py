@@ -37,6 +37,7 @@ class ImplResult:
     shrink_seconds: float | None = None  # shrinking budget per failing property (None: Hypothesis')
     errors: list[str] = field(default_factory=list)  # errors outside the tests (usage, collection, ...)
     output: str = ""  # pytest's own output (stderr, then stdout's tail), shown when the run did not complete
+    settings: dict[str, Any] = field(default_factory=dict)  # profile, device, ... and where each came from
 
     def to_part(self) -> dict[str, Any]:
         """This result as plain JSON data (a part of a merged report:
@@ -71,6 +72,7 @@ class ImplResult:
             seconds=payload.get("seconds"),
             shrink_seconds=payload.get("shrink_seconds"),
             errors=list(payload.get("errors", [])),
+            settings=dict(payload.get("settings") or {}),
         )
 
 

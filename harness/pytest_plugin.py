@@ -103,8 +103,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if not adapter.unavailable:
         lines.append("rbcheck unavailable: (none)")
     lines.append(f"rbcheck conventions: {adapter.conventions.describe()}")
-    lines.append(f"rbcheck device: {run.device}")
-    lines.append(f"rbcheck hypothesis profile: {run.profile}")
+    settings = run.settings
+
+    def source(key: str) -> str:
+        where = settings.get(f"{key}_from", "")
+        return f" (from the {where})" if where.startswith("environment") else ""
+
+    lines.append(f"rbcheck device: {run.device}{source('device')}")
+    lines.append(f"rbcheck hypothesis profile: {run.profile}{source('profile')}")
+    if settings.get("shrink_seconds_from", "default") != "default":
+        lines.append(f"rbcheck shrink seconds: {run.shrink_seconds:g}{source('shrink_seconds')}")
+    for key, value in (settings.get("environment") or {}).items():
+        lines.append(f"rbcheck environment: {key}={value}")
     if run.known_failures_path is not None:
         lines.append(f"rbcheck known failures: {len(run.known_failures)} ids from {run.known_failures_path.name}")
     elif run.known_failures:

@@ -146,6 +146,7 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
             "errors": result.errors,
             "seconds": result.seconds,
             "shrink_seconds": result.shrink_seconds,
+            "settings": result.settings,
             "warnings": result.warnings,
             "counts": counts,
             "robustness": robustness(result),
@@ -175,6 +176,25 @@ def run_time_text(info: dict[str, Any]) -> str:
     return f"{info['seconds']:.1f} s (shrinking: {bound})"
 
 
+def settings_text(info: dict[str, Any]) -> str:
+    """``"profile: ci; device: cpu"``, with where a setting came from when
+    not from the arguments, the known-failures file and any ``RBCHECK_*``
+    variable the run saw: everything that can change what was tested."""
+    settings = info.get("settings") or {}
+    if not settings:
+        return "--"
+
+    def said(key: str) -> str:
+        where = settings.get(f"{key}_from", "")
+        return f"{settings.get(key)}" + (f" (from {where})" if where.startswith("environment") else "")
+
+    parts = [f"profile: {said('profile')}", f"device: {said('device')}"]
+    if settings.get("known_failures"):
+        parts.append(f"known failures: {Path(settings['known_failures']).name}")
+    parts += [f"{k}={v}" for k, v in (settings.get("environment") or {}).items()]
+    return "; ".join(parts)
+
+
 def incomplete_text(info: dict[str, Any]) -> str:
     """``"the run did not complete: pytest exit status 4 (usage error): <error>"``
     for a run that stopped early, else ``""`` (the verdict: ``harness.verdict``)."""
@@ -190,8 +210,8 @@ def incomplete_text(info: dict[str, Any]) -> str:
 def render_markdown(report: dict[str, Any]) -> str:
     order = report["order"]
     lines = ["# Conformance report", ""]
-    lines.append("| implementation | version | result | run time |")
-    lines.append("|---|---|---|---|")
+    lines.append("| implementation | version | result | run time | settings |")
+    lines.append("|---|---|---|---|---|")
     for name in order:
         info = report["implementations"][name]
         if info["status"] != "ran":
@@ -200,7 +220,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             summary = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
         kind = " (third party)" if info["third_party"] else ""
         lines.append(f"| {name}{kind} | {_md_escape(info['version'])} | {_md_escape(summary)} "
-                     f"| {run_time_text(info)} |")
+                     f"| {run_time_text(info)} | {_md_escape(settings_text(info))} |")
     lines += ["", "| property | " + " | ".join(order) + " |", "|---" * (len(order) + 1) + "|"]
     for row in report["rows"]:
         cells = [_md_escape(_clip(row["cells"][n]["text"], CELL_WIDTH_MD)) for n in order]
@@ -273,6 +293,7 @@ def render_text(report: dict[str, Any]) -> str:
         else:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
             lines.append(f"{name} {info['version']}: {counts} ({run_time_text(info)})")
+            lines.append(f"  settings: {settings_text(info)}")
             if incomplete_text(info):
                 lines.append(f"  {incomplete_text(info)}")
             if info.get("robustness"):
@@ -285,7 +306,7 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 def run_one(name: str, profile: str, extra: list[str], workdir: Path, *, only: tuple[str, ...] | list[str] = (),
-            known_failures: Path | None = None, progress: bool = False) -> ImplResult:
+            known_failures: Path | None = None, progress: bool = False, device: str = "cpu") -> ImplResult:
     """Run the suite against ``name`` in an isolated subprocess
     (``rbcheck.runner``), with the working directory on the path; what
     ``rbcheck validate`` runs too. The adapter is loaded there, never here (so
@@ -301,13 +322,13 @@ def run_one(name: str, profile: str, extra: list[str], workdir: Path, *, only: t
         except Exception as err:  # noqa: BLE001 - the verdict says the adapter did not load
             return ImplResult(name=name, status="unavailable", why=" ".join(f"{type(err).__name__}: {err}".split()))
     return runner.run_subprocess(name, profile=profile, workdir=workdir, only=only, known_failures=known_failures,
-                          extra=extra, pythonpath=[os.getcwd()], progress=progress)
+                          extra=extra, pythonpath=[os.getcwd()], progress=progress, device=device)
 
 
 def run_many(names: list[str], profile: str, extra: list[str], workdir: Path, *, jobs: int = 1,
              only: tuple[str, ...] | list[str] = (), known_failures: Path | None = None, progress: bool = False,
              start: Callable[[str], None] | None = None,
-             done: Callable[[ImplResult], None] | None = None) -> list[ImplResult]:
+             done: Callable[[ImplResult], None] | None = None, device: str = "cpu") -> list[ImplResult]:
     """:func:`run_one` for each name, ``jobs`` at a time: each run is its own
     pytest process (a worker), in a directory of its own under ``workdir``
     (its ini file, Hypothesis database and ``--basetemp``), so concurrent runs
@@ -325,7 +346,8 @@ def run_many(names: list[str], profile: str, extra: list[str], workdir: Path, *,
         args = [*extra, f"--basetemp={own / 'tmp'}"] if jobs > 1 else list(extra)
         if start is not None:
             start(name)
-        result = run_one(name, profile, args, own, only=only, known_failures=known_failures, progress=progress)
+        result = run_one(name, profile, args, own, only=only, known_failures=known_failures, progress=progress,
+                         device=device)
         if done is not None:
             done(result)
         return result

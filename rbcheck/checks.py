@@ -170,7 +170,8 @@ def run_in_process(adapter: Any, *, only: Iterable[str] = (), expected: list | N
         workdir = Path(tmp)
         results = workdir / "results.json"
         args = [*([node_path(p) for p in only] or [str(SUITE)]), "-p", "no:terminal",
-                *isolation_args(workdir), f"--rbcheck-profile={profile}", f"--rbcheck-results={results}"]
+                *isolation_args(workdir), f"--rbcheck-profile={profile}", f"--rbcheck-results={results}",
+                "--rbcheck-device=cpu"]  # the arguments decide, never RBCHECK_DEVICE in the caller's shell
         said = io.StringIO()  # pytest writes a usage error to stderr
         with contextlib.redirect_stderr(said):
             code = int(pytest.main(args, plugins=[run]))

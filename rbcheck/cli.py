@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--profile", default=os.environ.get("RBCHECK_PROFILE", "ci"),
                           choices=("ci", "dev", "thorough"),
                           help="Hypothesis profile: ci (few examples, derandomized; default), dev, thorough")
+    validate.add_argument("--device", default="cpu", metavar="DEVICE",
+                          help="device of the buffers under test: cpu (default) or cuda[:N]; a device the "
+                          "adapter does not declare, or that this machine lacks, is a usage error (exit 2)")
     validate.add_argument("--out", metavar="DIR", default=None,
                           help="write the report to DIR/conformance.md and DIR/conformance.json")
     validate.add_argument("--only", action="append", default=[], metavar="PROPERTY",
@@ -153,7 +156,7 @@ def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     with tempfile.TemporaryDirectory(prefix="rbcheck-") as tmp:
         results = run_many(names, args.profile, args.pytest_arg, Path(tmp), jobs=args.jobs, only=args.only,
-                           known_failures=known, progress=True, start=start, done=done)
+                           known_failures=known, progress=True, start=start, done=done, device=args.device)
     return conclude(results, informational=informational, out=Path(args.out) if args.out else None,
                     must_load=set(names) if args.must_load else set())
 

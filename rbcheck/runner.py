@@ -63,11 +63,20 @@ def isolation_args(workdir: Path) -> list[str]:
             "-p", "no:cacheprovider", "-p", "rbcheck"]
 
 
+#: Variables of the caller's shell that would choose what a run tests (the
+#: plugin's settings, pytest's extra options and plugins): a run's settings
+#: come from its arguments only, so none of them reaches a suite subprocess.
+RUN_SETTINGS_ENV = ("RBCHECK_IMPL", "RBCHECK_PROFILE", "RBCHECK_DEVICE", "RBCHECK_SHRINK_SECONDS",
+                    "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+
+
 def clean_env(pythonpath: Iterable[str] = ()) -> dict[str, str]:
-    """The environment for a suite subprocess: the caller's, without options
-    meant for its own pytest runs, with ``pythonpath`` first on the path."""
+    """The environment for a suite subprocess: the caller's, without the
+    variables of :data:`RUN_SETTINGS_ENV`, with ``pythonpath`` first on the
+    path. The ``RBCHECK_*`` variables left (``RBCHECK_NATIVE``, say: how the
+    variants run, not what is tested) are listed in the report's settings."""
     env = dict(os.environ)
-    for name in ("RBCHECK_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
+    for name in RUN_SETTINGS_ENV:
         env.pop(name, None)
     parts = [*pythonpath, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     if parts:
@@ -77,7 +86,7 @@ def clean_env(pythonpath: Iterable[str] = ()) -> dict[str, str]:
 
 def run_subprocess(name: str, *, profile: str, workdir: Path, only: Iterable[str] = (),
                    known_failures: Path | None = None, extra: Iterable[str] = (),
-                   pythonpath: Iterable[str] = (), progress: bool = True):
+                   pythonpath: Iterable[str] = (), progress: bool = True, device: str = "cpu"):
     """Run the suite against ``name`` in a pytest subprocess; the
     :class:`rbcheck.harness.outcomes.ImplResult` of the run. Progress lines
     (``--rbcheck-progress``) go to this process's stderr as they come."""
@@ -85,7 +94,8 @@ def run_subprocess(name: str, *, profile: str, workdir: Path, only: Iterable[str
     results = workdir / f"results-{safe}.json"
     paths = [node_path(p) for p in only] or [str(SUITE)]
     command = [sys.executable, "-m", "pytest", *paths, "-q", *isolation_args(workdir),
-               f"--impl={name}", f"--rbcheck-profile={profile}", f"--rbcheck-results={results}"]
+               f"--impl={name}", f"--rbcheck-profile={profile}", f"--rbcheck-device={device}",
+               f"--rbcheck-results={results}"]
     if known_failures is not None:
         command.append(f"--rbcheck-known-failures={known_failures}")
     if progress:

@@ -15,6 +15,7 @@ expected failures directly (``rbcheck.check_buffer``).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ class RunContext:
     errors: list[str] = field(default_factory=list)  # outside the tests: usage, collection, internal, interrupt
     shrink_seconds: float | None = None
     started: float = 0.0
+    settings: dict[str, Any] = field(default_factory=dict)  # what the header and the results show
 
     def usage_error(self, message: str) -> pytest.UsageError:
         """A usage error to raise during collection, recorded in the results
@@ -87,32 +89,72 @@ def _adapter(config: pytest.Config, in_process: InProcessRun | None) -> tuple[st
         ) from err
 
 
-def _device(config: pytest.Config) -> str:
-    device = config.getoption("rbcheck_device") or os.environ.get("RBCHECK_DEVICE") or "cpu"
+def _setting(config: pytest.Config, option: str, env: str) -> tuple[str | None, str]:
+    """A setting's value and where it came from (``--option`` or the
+    environment variable), for the header and the results' settings."""
+    value = config.getoption(option, default=None)
+    if value not in (None, ""):
+        return value, "argument"
+    value = os.environ.get(env)
+    return (value, f"environment variable {env}") if value not in (None, "") else (None, "default")
+
+
+def _device(config: pytest.Config, adapter: Adapter) -> tuple[str, str]:
+    """The device of the buffers under test and where it came from. A device
+    other than the CPU that the adapter does not declare ("cuda"), declares
+    unavailable, or that this machine does not have, is a usage error: a run
+    on it would skip everything and pass."""
+    device, source = _setting(config, "rbcheck_device", "RBCHECK_DEVICE")
+    device = device or "cpu"
+    said = f"rbcheck device={device!r}" + (f" (from the {source})" if source.startswith("env") else "")
     try:
         torch_device = torch.device(device)
     except RuntimeError as err:
-        raise pytest.UsageError(
-            f"rbcheck device={device!r}, but should be a torch device such as 'cpu' or 'cuda' ({err})"
-        ) from err
+        raise pytest.UsageError(f"{said}, but should be a torch device such as 'cpu' or 'cuda' ({err})") from err
     if torch_device.type not in ("cpu", "cuda"):
-        raise pytest.UsageError(f"rbcheck device={device!r}, but should be 'cpu' or 'cuda[:N]'")
-    return device
+        raise pytest.UsageError(f"{said}, but should be 'cpu' or 'cuda[:N]'")
+    if torch_device.type == "cuda":
+        if "cuda" not in adapter.capabilities:
+            raise pytest.UsageError(
+                f"{said}, but the adapter {adapter.name!r} does not declare 'cuda' (its capabilities: "
+                f"{', '.join(sorted(adapter.capabilities)) or 'none'}): run it on 'cpu', or declare 'cuda'")
+        if "cuda" in adapter.unavailable:
+            raise pytest.UsageError(f"{said}, but the adapter {adapter.name!r} says cuda is unavailable here: "
+                                    f"{adapter.unavailable['cuda']}")
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(f"{said}, but this machine has no CUDA device (torch.cuda.is_available() "
+                                    f"is False): run on 'cpu'")
+    return device, source
+
+
+def _known_failures_path(path: str | Path, adapter: Adapter) -> Path:
+    """An adapter's ``known_failures`` file: a relative path is its module's
+    (the directory of the file that defines ``adapter.make``), else the
+    working directory's; the first that exists, or the module's."""
+    path = Path(path)
+    if path.is_absolute():
+        return path
+    module = sys.modules.get(getattr(adapter.make, "__module__", "") or "")
+    where = [Path(module.__file__).resolve().parent] if getattr(module, "__file__", None) else []
+    candidates = [base / path for base in [*where, Path.cwd()]]
+    return next((c for c in candidates if c.exists()), candidates[0])
 
 
 def build(config: pytest.Config) -> RunContext:
     """The run context of this session (module doc)."""
-    profile = config.getoption("rbcheck_profile") or os.environ.get("RBCHECK_PROFILE") or DEFAULT_PROFILE
+    profile, profile_source = _setting(config, "rbcheck_profile", "RBCHECK_PROFILE")
+    profile = profile or DEFAULT_PROFILE
     if profile not in PROFILES:
         raise pytest.UsageError(f"rbcheck profile={profile!r}, but should be one of {', '.join(PROFILES)}")
     in_process = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, InProcessRun)), None)
     impl_name, adapter = _adapter(config, in_process)
-    device = _device(config)
+    device, device_source = _device(config, adapter)
     if device != "cpu":
         adapter = on_device(adapter, device)
     results = config.getoption("rbcheck_results")
     override = config.getoption("rbcheck_known_failures")
-    kf_path = Path(override) if override else adapter.known_failures
+    kf_path = Path(override) if override else (
+        _known_failures_path(adapter.known_failures, adapter) if adapter.known_failures else None)
     run = RunContext(
         impl_name=impl_name,
         adapter=adapter,
@@ -136,4 +178,21 @@ def build(config: pytest.Config) -> RunContext:
         except KnownFailureError as err:
             raise pytest.UsageError(str(err)) from err
     run.shrink_seconds = shrink_budget(config, impl_name)
+    run.settings = settings_of(config, run, profile_source, device_source)
     return run
+
+
+def settings_of(config: pytest.Config, run: RunContext, profile_source: str, device_source: str) -> dict[str, Any]:
+    """Every setting of the run that can change what is tested or how, with
+    where each came from: the report's header shows them all."""
+    _, shrink_source = _setting(config, "rbcheck_shrink_seconds", "RBCHECK_SHRINK_SECONDS")
+    return {
+        "profile": run.profile,
+        "profile_from": profile_source,
+        "device": run.device,
+        "device_from": device_source,
+        "shrink_seconds": run.shrink_seconds,
+        "shrink_seconds_from": shrink_source,
+        "known_failures": str(run.known_failures_path) if run.known_failures_path else None,
+        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("RBCHECK_")},
+    }

@@ -197,6 +197,7 @@ def write_results(path: Path, run: Any, exitstatus: int) -> None:
         "unavailable": dict(sorted(adapter.unavailable.items())),
         "conventions": adapter.conventions.deviations(),
         "profile": run.profile,
+        "settings": run.settings,
         "known_failures_file": str(run.known_failures_path) if run.known_failures_path else None,
         "warnings": run.warnings,
         "known_failures_hid_new": run.hid_new,

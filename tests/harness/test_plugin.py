@@ -420,27 +420,23 @@ def test_bad_device_is_a_usage_error(tmp_path):
     assert "rbcheck device='gpu0', but should be a torch device such as 'cpu' or 'cuda'" in proc.stderr
 
 
-def test_device_moves_every_default_spec_and_skips_with_the_reason(tmp_path):
-    """``--rbcheck-device cuda``: the header names it; a spec built on the
-    default device, also through ``impl.make`` directly, goes to cuda, so an
-    adapter that cannot run there (no "cuda" declared here) is skipped with
-    that reason, never passed."""
-    conformance = tmp_path / "tests" / "conformance"
-    conformance.mkdir(parents=True)
-    (conformance / "test_device.py").write_text(textwrap.dedent('''
-        from rbcheck.harness.protocol import BufferSpec
+def test_a_device_the_adapter_does_not_declare_or_lacks_is_a_usage_error(tmp_path):
+    """``--rbcheck-device cuda`` (or ``RBCHECK_DEVICE=cuda``) for an adapter
+    that does not declare "cuda", or on a machine without CUDA, stops the run
+    with a usage error naming the device and where it came from: a run on it
+    would skip every test and pass."""
+    proc = run_pytest(tmp_path, "tests/conformance", "--impl", "fake_adapter:factory", "--rbcheck-device", "cuda")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "rbcheck device='cuda', but the adapter 'fake' does not declare 'cuda'" in proc.stderr, proc.stderr
+    proc = run_pytest(tmp_path, "tests/conformance", "--impl", "fake_adapter:factory",
+                      env={"RBCHECK_DEVICE": "cuda"})
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "(from the environment variable RBCHECK_DEVICE)" in proc.stderr, proc.stderr
+    import torch
 
-        def test_direct_make(impl):
-            impl.make(BufferSpec(capacity=2))
-            raise AssertionError("must not run")
-
-        def test_fixture_make(make_buffer):
-            make_buffer(capacity=2)
-            raise AssertionError("must not run")
-    '''))
-    proc = run_pytest(tmp_path, "tests/conformance/test_device.py", "--impl", "fake_adapter:factory",
-                      "--rbcheck-device", "cuda")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "rbcheck device: cuda" in proc.stdout, proc.stdout
-    assert "not declared: cuda" in proc.stdout, proc.stdout
-    assert "2 skipped" in proc.stdout, proc.stdout
+    if not torch.cuda.is_available():
+        proc = run_pytest(tmp_path, "tests/conformance", "--impl", "rbcheck.harness.adapters.variants:device",
+                          "--rbcheck-device", "cuda")
+        assert proc.returncode == 4, proc.stdout + proc.stderr
+        assert "this machine has no CUDA device" in proc.stderr or "cuda is unavailable here" in proc.stderr, \
+            proc.stderr

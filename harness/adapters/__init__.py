@@ -6,86 +6,28 @@
 ``reference`` never imports TorchRL and an optional backend that is missing
 only breaks its own name.
 
-:data:`BUILTIN` is the one table of built-in implementations: a name, where
-its factory lives, and whether it is rbcheck's own (the reference, a variant,
-the README's example) or a third party's (:func:`is_first_party`).
+:data:`BUILTIN` is the one table of built-in implementations, the records of
+:mod:`rbcheck.harness.records` (one per built-in: a name, where its factory
+lives, whether it is rbcheck's own (the reference, a variant, the README's
+example) or a third party's (:func:`is_first_party`), its dependency groups,
+validate environment, libraries and benchmark peers).
 """
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from rbcheck.harness.records import RECORDS, Record
 
 if TYPE_CHECKING:  # imported where an adapter is loaded: the table alone needs no torch (rbcheck validate's parent)
     from rbcheck.harness.protocol import Adapter
 
 
-class Builtin(NamedTuple):
-    path: str  # "module:factory"
-    first_party: bool  # rbcheck's own (its failures are rbcheck's bugs), not a third party's
-
-
-#: The built-in implementations, by name.
-BUILTIN: dict[str, Builtin] = {
-    "reference": Builtin("rbcheck.harness.adapters.reference:reference_adapter", True),
-    "device": Builtin("rbcheck.harness.adapters.variants:device", True),
-    "triton": Builtin("rbcheck.harness.adapters.variants:triton", True),
-    "torchrl": Builtin("rbcheck.harness.adapters.torchrl:torchrl_adapter", False),
-    # TorchRL's Ray-served buffer (needs the 'ray' dependency group: nox -s ray)
-    "torchrl-ray": Builtin("rbcheck.harness.adapters.torchrl_ray:torchrl_ray_adapter", False),
-    # the README's own-buffer example (harness/examples/list_buffer.py)
-    "example": Builtin("rbcheck.harness.examples.list_buffer:adapter", True),
-    # third-party buffers (each its own dependency group; docs/findings.md)
-    "cpprb": Builtin("rbcheck.harness.adapters.cpprb:cpprb_adapter", False),
-    "cpprb-per": Builtin("rbcheck.harness.adapters.cpprb:cpprb_per_adapter", False),
-    "tianshou": Builtin("rbcheck.harness.adapters.tianshou:tianshou_adapter", False),
-    "tianshou-per": Builtin("rbcheck.harness.adapters.tianshou:tianshou_per_adapter", False),
-    "sb3": Builtin("rbcheck.harness.adapters.sb3:sb3_adapter", False),
-    # stable-baselines3's transitions and n-step buffers (invariant 10; group sb3)
-    "sb3-transitions": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_transitions_adapter", False),
-    "sb3-transitions-no-timeouts": Builtin(
-        "rbcheck.harness.adapters.sb3_transitions:sb3_transitions_no_timeouts_adapter", False),
-    "sb3-transitions-memopt": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_transitions_memopt_adapter",
-                                      False),
-    "sb3-nstep": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_nstep_adapter", False),
-    "sb3-nstep-no-timeouts": Builtin("rbcheck.harness.adapters.sb3_transitions:sb3_nstep_no_timeouts_adapter",
-                                     False),
-    # cpprb's next_of (invariant 10; group cpprb)
-    "cpprb-next-of": Builtin("rbcheck.harness.adapters.cpprb_transitions:cpprb_next_of_adapter", False),
-    # tianshou's obs_next, stored or derived (invariant 10; group tianshou)
-    "tianshou-obs-next": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_obs_next_adapter", False),
-    "tianshou-ignore-obs-next": Builtin(
-        "rbcheck.harness.adapters.tianshou_transitions:tianshou_ignore_obs_next_adapter", False),
-    # TorchRL's ("next", ...) keys and MultiStep (invariant 10; group torchrl)
-    "torchrl-next": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_next_adapter", False),
-    "torchrl-multistep": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_multistep_adapter", False),
-    "flashbax": Builtin("rbcheck.harness.adapters.flashbax:flashbax_adapter", False),
-    "flashbax-item": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_adapter", False),
-    "flashbax-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_per_adapter", False),
-    "flashbax-item-per": Builtin("rbcheck.harness.adapters.flashbax:flashbax_item_per_adapter", False),
-    "skrl": Builtin("rbcheck.harness.adapters.skrl:skrl_adapter", False),
-    # RLlib's old-stack buffers (the 'rllib' dependency group; ray[rllib])
-    "rllib": Builtin("rbcheck.harness.adapters.rllib:rllib_adapter", False),
-    "rllib-per": Builtin("rbcheck.harness.adapters.rllib:rllib_per_adapter", False),
-    # d3rlpy's ReplayBuffer(FIFOBuffer) (the 'd3rlpy' group, its own validate environment)
-    "d3rlpy": Builtin("rbcheck.harness.adapters.d3rlpy:d3rlpy_adapter", False),
-    # cpprb's Nstep (invariant 10; group cpprb)
-    "cpprb-nstep": Builtin("rbcheck.harness.adapters.cpprb_transitions:cpprb_nstep_adapter", False),
-    # tianshou's Algorithm.compute_nstep_return on the buffer's samples (invariant 10; group tianshou)
-    "tianshou-nstep": Builtin("rbcheck.harness.adapters.tianshou_transitions:tianshou_nstep_adapter", False),
-    # flashbax's trajectory buffer for invariant 10 (group flashbax)
-    "flashbax-trajectory": Builtin("rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_adapter", False),
-    "flashbax-trajectory-pairs": Builtin(
-        "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_pairs_adapter", False),
-    "flashbax-trajectory-per": Builtin(
-        "rbcheck.harness.adapters.flashbax_trajectory:flashbax_trajectory_per_adapter", False),
-    # TorchRL's SliceSampler end flags (invariant 10; group torchrl)
-    "torchrl-slices": Builtin("rbcheck.harness.adapters.torchrl_transitions:torchrl_slices_adapter", False),
-    # RLlib's new-stack episode buffers, sampled as n-step transitions (invariant 10; group rllib)
-    "rllib-episodes": Builtin("rbcheck.harness.adapters.rllib_episodes:rllib_episodes_adapter", False),
-    "rllib-episodes-per": Builtin("rbcheck.harness.adapters.rllib_episodes:rllib_episodes_per_adapter", False),
-}
+#: The built-in implementations, by name: the records themselves (a record's ``path`` is its
+#: "module:factory", ``first_party`` whether it is rbcheck's own). A new built-in is one record there.
+BUILTIN: dict[str, Record] = RECORDS
 
 KNOWN_FAILURES_DIR = Path(__file__).resolve().parent.parent / "known_failures"
 
@@ -187,5 +129,5 @@ def _load(name: str) -> Adapter:
     return _resolve(name, name)
 
 
-__all__ = ["BUILTIN", "Builtin", "AdapterLoadError", "builtin_names", "builtin_table", "is_first_party",
+__all__ = ["BUILTIN", "AdapterLoadError", "Record", "builtin_names", "builtin_table", "is_first_party",
            "load_adapter"]

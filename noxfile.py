@@ -4,7 +4,24 @@ pulls an accelerator build on the development machines."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import nox
+
+
+def _load_records():
+    """harness/records.py, loaded by its path: nox's own environment may not have rbcheck
+    installed, and the records import nothing but the standard library."""
+    path = Path(__file__).resolve().parent / "harness" / "records.py"
+    spec = importlib.util.spec_from_file_location("_rbcheck_records", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: One record per built-in (harness/records.py): every library-specific list below derives from them.
+RECORDS = _load_records()
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -12,7 +29,7 @@ nox.options.reuse_existing_virtualenvs = True
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 CONSTRAINTS = ("-c", ".ci/constraints.txt")
 #: Built-in adapters of variants/ whose conformance runs in the tests session.
-VARIANTS = ("device", "triton")
+VARIANTS = RECORDS.variants()
 #: Test files that mostly wait on subprocesses (rbcheck validate, a wheel built
 #: and installed in a venv, pytest runs of a user's project): the tests session
 #: runs them in a second lane beside the main run, so both cores stay busy.
@@ -24,9 +41,9 @@ SUBPROCESS_LANE = (
     "tests/harness/test_parallel_validate.py",
     "tests/harness/test_readme_example.py",
 )
-#: Dependency groups of the third-party buffers validate reports on (cpprb,
-#: tianshou, stable-baselines3, RLlib, flashbax, skrl); never needed by the tests session.
-THIRD_PARTY_GROUPS = ("cpprb", "tianshou", "sb3", "rllib", "flashbax", "skrl")
+#: Dependency groups of the third-party buffers validate reports on (the groups of the records
+#: of validate's main environment, in their order); never needed by the tests session.
+THIRD_PARTY_GROUPS = RECORDS.third_party_groups()
 #: TorchRL releases measured by `nox -s history` (each in its own prefix).
 TORCHRL_HISTORY = ("0.6.0", "0.8.1", "0.9.2", "0.14.1")
 #: Where TorchRL's C++ extension builds are cached (keyed by sources + torch),
@@ -52,11 +69,12 @@ def env_default(session: nox.Session, name: str, value: str) -> str:
     return session.env[name]
 
 
-def ensure_torchrl_extension(session: nox.Session) -> None:
-    """Rebuild TorchRL's C++ extension where the shipped one does not load
-    against this torch (cached; a failure is reported, TorchRL's prioritized
-    sampler then shows as unavailable with the compiler's error)."""
-    session.run("python", "tools/torchrl_build.py", "--cache", TORCHRL_BUILD_CACHE)
+def build_extensions(session: nox.Session, groups) -> None:
+    """The build scripts of the records whose groups ``groups`` installed (TorchRL's: rebuild its
+    C++ extension where the shipped one does not load against this torch; cached; a failure is
+    reported, TorchRL's prioritized sampler then shows as unavailable with the compiler's error)."""
+    for script in RECORDS.builds(groups):
+        session.run("python", script, "--cache", TORCHRL_BUILD_CACHE)
 
 
 @nox.session
@@ -139,14 +157,11 @@ def lint(session: nox.Session) -> None:
 
 
 #: The environments `nox -s validate` builds, for libraries that do not
-#: install together (d3rlpy 2.8.1 pins gymnasium==1.0.0, which ray[rllib]
-#: 2.60.0 does not accept): name -> (dependency groups, the built-in names it
-#: validates). "main" is the validate session's own environment and validates
-#: every built-in that no other environment lists.
-VALIDATE_ENVS = {
-    "main": (("test", "torchrl", "ray", *THIRD_PARTY_GROUPS), ()),
-    "d3rlpy": (("test", "d3rlpy"), ("d3rlpy",)),
-}
+#: install together (a record's env: d3rlpy 2.8.1 pins gymnasium==1.0.0, which
+#: ray[rllib] 2.60.0 does not accept): name -> (dependency groups, the built-in
+#: names it validates). "main" is the validate session's own environment and
+#: validates every built-in that no other environment lists.
+VALIDATE_ENVS = RECORDS.validate_envs()
 #: Where each environment writes its implementations' results (one folder per
 #: environment), merged into reports/conformance.{md,json} by the validate session.
 VALIDATE_PARTS = "reports/parts"
@@ -176,8 +191,7 @@ def validate_in(session: nox.Session, env: str) -> bool:
     else:
         selection = list(names) or ["--all", *(f"--exclude={n}" for n in others)]
     install(session, *groups)
-    if "torchrl" in groups:
-        ensure_torchrl_extension(session)
+    build_extensions(session, groups)
     env_default(session, "RBCHECK_PROFILE", "ci")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     session.run("rbcheck", "validate", *selection, *options, "--jobs", env_default(session, "RBCHECK_JOBS", "auto"),
@@ -221,14 +235,15 @@ def ray(session: nox.Session) -> None:
     concurrency properties and the adapter's tests (tests/ray), then the Ray
     benchmark in smoke mode. Each command is bounded (RAY_TIMEOUT_S) and shuts
     Ray down when it ends. CI (.ci/run) runs it beside `nox -s tests`."""
-    install(session, "test", "torchrl", "ray")
-    ensure_torchrl_extension(session)  # the served buffer's prioritized sampler needs it
+    groups = RECORDS.session_groups(session.name)  # the records naming this session: TorchRL's Ray-served buffer
+    install(session, "test", *groups)
+    build_extensions(session, groups)  # the served buffer's prioritized sampler needs TorchRL's extension
     env_default(session, "RBCHECK_PROFILE", "ci")
     session.env["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing leaves the machine
     session.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's single-machine mode: loopback only
     bounded = ("timeout", "-k", "30", RAY_TIMEOUT_S)
     session.run(*bounded, "python", "-m", "pytest", "rbcheck/conformance/test_concurrency.py", "tests/ray",
-                "--impl", "torchrl-ray", "-q", "-p", "no:cacheprovider", "-rs", "--durations=15", *session.posargs,
+                *(arg for name in RECORDS.session_builtins(session.name) for arg in ("--impl", name)), "-q", "-p", "no:cacheprovider", "-rs", "--durations=15", *session.posargs,
                 external=True)
     session.run(*bounded, "python", "-m", "bench.ray_bench", "--smoke", "--out",
                 "reports/ray_bench_smoke", external=True)
@@ -239,7 +254,7 @@ def ray_bench(session: nox.Session) -> None:
     """Extend and sample through Ray against in-process with 1, 2 and 4 writer
     processes, and the priority-update round trip, as ratios: reports/ray_bench.{md,json}
     (`nox -s ray_bench -- --address auto` on a running Ray cluster)."""
-    install(session, "test", "torchrl", "ray")
+    install(session, "test", *RECORDS.session_groups(session.name))
     session.env["RAY_USAGE_STATS_ENABLED"] = "0"
     session.run("python", "-m", "bench.ray_bench", *session.posargs)
 
@@ -262,11 +277,12 @@ def thirdparty_env(session: nox.Session, env: str) -> None:
 @nox.session(requires=[f"thirdparty_env(env='{env}')" for env in VALIDATE_ENVS if env != "main"])
 def thirdparty(session: nox.Session) -> None:
     """The executed repros of docs/findings.md (tests/thirdparty) with cpprb,
-    tianshou, stable-baselines3, RLlib, flashbax and skrl installed (those of a
-    library with an environment of its own ran first, in it: thirdparty_env);
-    the tests session skips them (the libraries are not installed there)."""
-    install(session, "test", "torchrl", *THIRD_PARTY_GROUPS)  # torchrl: its checkpoint guarantees
-    ensure_torchrl_extension(session)  # test_torchrl_bugs.py runs TorchRL's PrioritizedSampler
+    and every other library of validate's main environment, installed
+    (THIRD_PARTY_GROUPS; those of a library with an environment of its own ran
+    first, in it: thirdparty_env); the tests session skips them (the libraries
+    are not installed there)."""
+    install(session, "test", *THIRD_PARTY_GROUPS)
+    build_extensions(session, THIRD_PARTY_GROUPS)  # test_torchrl_bugs.py runs TorchRL's PrioritizedSampler
     env_default(session, "RBCHECK_PROFILE", "ci")
     session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # RLlib's repros: nothing leaves the machine
     session.run("pytest", "tests/thirdparty", "-q", "-p", "no:cacheprovider", *session.posargs)
@@ -278,7 +294,7 @@ def history(session: nox.Session) -> None:
     each release in its own prefix (pip --target, no deps) over this
     session's torch and tensordict, its C++ extension rebuilt where needed
     (built once, cached); writes reports/torchrl_history.md and .json."""
-    install(session, "test", "torchrl")  # torchrl 0.14.1 brings every release's dependencies
+    install(session, "test", *RECORDS.session_groups(session.name))  # torchrl 0.14.1: every release's dependencies
     env_default(session, "RBCHECK_PROFILE", "ci")
     session.run("python", "-m", "tools.torchrl_history", "--cache", TORCHRL_BUILD_CACHE,
                 "--prefixes", f"{session.virtualenv.location}/torchrl", *TORCHRL_HISTORY,
@@ -291,13 +307,13 @@ def bench(session: nox.Session) -> None:
     (default grid; `nox -s bench -- --bench-grid full` for every size): JSON in
     reports/bench.json, ratio tables in reports/bench_ratios.{txt,md}, the
     throughput plot in reports/bench_throughput.png; then rbcheck's `device`
-    variant side by side with every peer (bench/peers.py: TorchRL, cpprb,
-    tianshou, stable-baselines3; each answer checked first, three runs) into
-    reports/peers.json, flashbax and RLlib each alone into reports/peers.NAME.json,
-    the parts of save/load (--costs) and what the checks cost (--checks), all
-    rendered to docs/results/peers.md. Quote ratios, not times."""
-    install(session, "test", "bench", "torchrl", *THIRD_PARTY_GROUPS)
-    ensure_torchrl_extension(session)
+    variant side by side with every peer of the records (bench/peers.py; each
+    answer checked first, three runs) into reports/peers.json, a peer with a
+    part of its own alone into reports/peers.PART.json, the parts of save/load
+    (--costs) and what the checks cost (--checks), all rendered to
+    docs/results/peers.md. Quote ratios, not times."""
+    install(session, "test", "bench", *THIRD_PARTY_GROUPS)
+    build_extensions(session, THIRD_PARTY_GROUPS)
     # one intra-op thread: stable numbers on shared machines (docs/benchmarks.md)
     env_default(session, "RBCHECK_BENCH_THREADS", "1")
     session.run(
@@ -310,18 +326,18 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.ratios", "reports/bench.json", "--format", "markdown",
                 "-o", "reports/bench_ratios.md", silent=True)
     session.run("python", "-m", "bench.plot", "reports/bench.json", "-o", "reports/bench_throughput.png")
-    session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "torchrl,cpprb,tianshou,sb3",
-                "--out", "reports/peers.json")
-    # parts (bench.peers merges reports/peers.NAME.json into the table): each library with a
-    # dependency group of its own runs alone, rbcheck timed in the same process; they install
-    # together here, and each can run in an environment of its own. RLlib stores one Python
-    # object per row: 2^18 rows (filling 2^20 takes over ten minutes per buffer here).
-    env_default(session, "JAX_PLATFORMS", "cpu")
-    session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "flashbax,flashbax-flat",
-                "--out", "reports/peers.flashbax.json")
-    session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", "rllib", "--capacity", "262144",
-                "--out", "reports/peers.rllib.json")
+    # the peers' runs (harness/records.py): the main run, then each part alone (bench.peers merges
+    # reports/peers.PART.json into the table), rbcheck timed in the same process; they install
+    # together here, and each can run in an environment of its own. A part's options are its
+    # records' (RLlib stores one Python object per row: 2^18 rows, as filling 2^20 takes over ten
+    # minutes per buffer here).
+    for part, peers, options in RECORDS.peer_runs():
+        if part is not None:  # a part's library (JAX's, Ray's) set up as the parts need (idempotent)
+            env_default(session, "JAX_PLATFORMS", "cpu")
+            session.env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        out = "reports/peers.json" if part is None else f"reports/peers.{part}.json"
+        session.run("python", "-m", "bench.peers", "--runs", "3", "--peers", ",".join(peers), *options,
+                    "--out", out)
     session.run("python", "-m", "bench.peers", "--costs", "--out", "reports/peers.json")
     session.run("python", "-m", "bench.peers", "--checks", "--out", "reports/peers.json")
     session.run("python", "-m", "bench.peers", "--render", "reports/peers.json", "-o", "docs/results/peers.md")
@@ -334,8 +350,9 @@ def asv(session: nox.Session) -> None:
     to .asv/html. Machine name: env RBCHECK_ASV_MACHINE (default rbcheck-dev)."""
     import os
 
-    install(session, "test", "bench", "torchrl")
-    ensure_torchrl_extension(session)
+    groups = RECORDS.session_groups(session.name)
+    install(session, "test", "bench", *groups)
+    build_extensions(session, groups)
     machine = os.environ.get("RBCHECK_ASV_MACHINE", "rbcheck-dev")
     commit = session.run("git", "rev-parse", "HEAD", silent=True, external=True).strip()
     session.run("asv", "machine", "--machine", machine, "--yes")

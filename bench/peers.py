@@ -858,8 +858,27 @@ class NotInstalled(Peer):
         return f"installed, but no driver here yet for {self.dist} {self.version()}"
 
 
+def drivers() -> dict[str, type[Peer]]:
+    """Every peer driver of this module (a :class:`Peer` subclass), by its name."""
+    found, todo = {}, [Peer]
+    while todo:
+        for cls in todo.pop().__subclasses__():
+            todo.append(cls)
+            if cls.__module__ == __name__ and cls not in (Rbcheck, NotInstalled):
+                found[cls.name] = cls
+    return found
+
+
 def all_peers() -> list[Peer]:
-    return [TorchRL(), Cpprb(), Tianshou(), SB3(), Flashbax(), RLlib(), FlashbaxFlat()]
+    """Every peer, in the order of the built-ins' records (``peers`` in harness/records.py)."""
+    from rbcheck.harness.records import peer_names
+
+    found = drivers()
+    missing = [name for name in peer_names() if name not in found]
+    if missing:
+        raise LookupError(f"peers of the records without a driver here={missing}, but should each be a Peer "
+                          f"subclass of bench/peers.py named so ({sorted(found)})")
+    return [found[name]() for name in peer_names()]
 
 
 # --- checks of every peer before timing ------------------------------------------------------

@@ -379,3 +379,12 @@ def test_phases_records_every_cell_and_the_memory_watched(tmp_path):
         phases.summary(lines)
     with pytest.raises(SystemExit):
         phases.main(["--batch", "0"])
+
+
+def test_the_peers_are_the_records_peers_in_their_order():
+    """The peers benchmark's list of peers comes from the built-ins' records
+    (harness/records.py), each a driver of this module."""
+    from rbcheck.harness.records import peer_names
+
+    assert [p.name for p in P.all_peers()] == list(peer_names())
+    assert set(peer_names()) == set(P.drivers()), sorted(P.drivers())

@@ -24,13 +24,20 @@ run inside a pytest run keeps its own context.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+import unittest
 import warnings
 from pathlib import Path
 from typing import Any
 
+import _pytest
+import pluggy
 import pytest
+
+import rbcheck
+import rbcheck.harness
 
 from rbcheck.harness.adapters import load_adapter
 from rbcheck.harness.plugin import context, profiles, results
@@ -211,10 +218,53 @@ def make_buffer(impl: Adapter):
     return make
 
 
+#: Exceptions by which code decides a test's outcome (pytest.skip, pytest.xfail, unittest's skip).
+_OUTCOME_EXCEPTIONS = (pytest.skip.Exception, pytest.xfail.Exception, unittest.SkipTest)
+#: Where rbcheck's own code lives: the only code that may skip a test of the suite or call it a known failure.
+_OWN_DIRS = tuple(str(Path(m.__file__).resolve().parent) + os.sep for m in (rbcheck, rbcheck.harness))
+#: pytest's and pluggy's own frames, passed over when looking for who raised an outcome.
+_RUNNER_DIRS = tuple(str(Path(m.__file__).resolve().parent) + os.sep for m in (_pytest, pluggy))
+
+
+def outcome_raised_elsewhere(item: pytest.Item, excinfo: pytest.ExceptionInfo) -> str | None:
+    """``"<file>:<line>"`` of the code that raised a skip or xfail during a
+    test of the suite, when that code is neither rbcheck's nor the test's own
+    module (the adapter's or the library's), else None."""
+    if not in_suite(item.nodeid) or not excinfo.errisinstance(_OUTCOME_EXCEPTIONS):
+        return None
+    frames = [entry for entry in excinfo.traceback if not str(entry.path).startswith(_RUNNER_DIRS)]
+    if not frames:
+        return None
+    raiser = str(frames[-1].path)
+    if raiser.startswith(_OWN_DIRS) or raiser == str(getattr(item, "path", "")):
+        return None
+    return f"{raiser}:{frames[-1].lineno + 1}"
+
+
+def _fail_raised_outcome(report: pytest.TestReport, excinfo: pytest.ExceptionInfo, where: str) -> None:
+    """Turn a skip or xfail raised from the buffer's code into a failure
+    that says so (only rbcheck decides what is skipped or expected to fail)."""
+    kind = "xfail" if excinfo.errisinstance(pytest.xfail.Exception) else "skip"
+    message = (f"{results.type_name(excinfo.value)}: the test's outcome ({kind}: "
+               f"{results.one_line(str(excinfo.value), 160)!r}) was raised from the buffer's code at {where}, "
+               f"but only rbcheck decides what is skipped or expected to fail: a buffer that cannot do something "
+               f"raises an error (declare the capability missing, or list a known failure)")
+    report.outcome = "failed"
+    report.longrepr = message
+    if hasattr(report, "wasxfail"):
+        del report.wasxfail
+    setattr(report, results.FIELDS_ATTR, {"message": message, "failures": [message], "repros": []})
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    raised = call.excinfo  # as raised: pytest's unittest support replaces a SkipTest with its own skip
+    where = outcome_raised_elsewhere(item, raised) if raised is not None else None
     outcome = yield
     report = outcome.get_result()
+    if where is not None:  # before known failures: no entry may hide it
+        _fail_raised_outcome(report, raised, where)
+        return
     if report.failed and call.excinfo is not None:  # the failure's fields, from the exception itself
         setattr(report, results.FIELDS_ATTR, results.failure_fields(call.excinfo.value))
     entry = item.stash.get(_KNOWN_KEY, None)

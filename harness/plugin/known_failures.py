@@ -19,7 +19,10 @@ the repro snippet attached to it left out (every sub-exception of an
 exception group must match). A failure whose message matches is reported as
 ``xfail`` with the reason; a pass is ``XPASS`` (update the file); a failure
 with any other message stays a failure, and its message says that a known
-failure hid something new. An id that matches no collected test warns.
+failure hid something new. An id that matches no collected test warns. A
+pattern that would match failures it was not written for (one that finds any
+of :data:`UNRELATED_FAILURES`, such as ``.`` or ``^AssertionError: ``) is
+refused, with how to write a specific one.
 
 No entry may hide a seed bug (docs/design.md, "The seed invariants"): an
 entry naming a test of a seed invariant (``rbcheck.harness.invariants``) is
@@ -36,6 +39,29 @@ from typing import Any
 from rbcheck.harness import invariants
 
 KNOWN_FAILURE_KEYS = ("message", "reason")
+#: Failures that no entry is written for: one of each kind a buffer or the
+#: suite can raise. A pattern that finds any of them is a catch-all (".",
+#: "(?s).", "Error", "^AssertionError: ", "but should be") and is refused.
+UNRELATED_FAILURES = (
+    "AssertionError: len(buffer)=3, but should be 4 [extend(2)(BufferSpec(capacity=4))]",
+    "AssertionError: assert 1 == 2",
+    "AssertionError: ",
+    "TypeError: 'NoneType' object is not subscriptable",
+    "RuntimeError: The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0",
+    "IndexError: index 7 is out of bounds for dimension 0 with size 4",
+    "ValueError: could not convert string to float: 'abc'",
+    "KeyError: 'obs'",
+    "ZeroDivisionError: division by zero",
+    "AttributeError: 'Buffer' object has no attribute 'sampler'",
+    "OSError: [Errno 28] No space left on device",
+    "RecursionError: maximum recursion depth exceeded",
+    "MemoryError: ",
+    "Failed: DID NOT RAISE <class 'ValueError'>",
+    "_",
+    "0",
+    "QZJX",
+    " ",
+)
 HID_SOMETHING_NEW = "a known failure hid something new"
 
 class KnownFailureError(ValueError):
@@ -79,6 +105,14 @@ def known_failure(test_id: str, message: str, reason: str, where: str, line: int
         raise KnownFailureError(
             f"{label}: message={message!r} matches an empty message, so every failure, but should be "
             f"a regex naming the failure's cause (e.g. '^AssertionError: len\\(buf\\)=')"
+        )
+    hidden = next((m for m in UNRELATED_FAILURES if pattern.search(m)), None)
+    if hidden is not None:
+        raise KnownFailureError(
+            f"{label}: message={message!r} would also hide unrelated failures, such as {hidden!r}, but should "
+            f"match only the failure it was written for: copy the part of that failure's message that names "
+            f"its cause, with the regex specials escaped (re.escape), e.g. "
+            f"'load \\(capacity_differs\\)=<returned normally>'"
         )
     if not reason.strip():
         raise KnownFailureError(

@@ -334,7 +334,7 @@ def test_a_long_failure_message_keeps_its_expectation():
 
 def test_env_selects_impl_and_profile_and_subset_runs_do_not_warn(tmp_path):
     known = tmp_path / "known.txt"
-    known.write_text("test_fake.py::test_known_bad\n    message: x\n    reason: listed, but not part of this run\n")
+    known.write_text("test_fake.py::test_known_bad\n    message: xyzzy frobnicated\n    reason: listed, but not part of this run\n")
     proc = run_pytest(
         tmp_path, "tests/conformance/test_fake.py", "-k", "test_profile or test_declared",
         f"--rbcheck-known-failures={known}",

@@ -1,12 +1,17 @@
 """The damage of the checkpoint-fault properties
 (``rbcheck/conformance/test_checkpoint_faults.py``): :data:`FAULTS`, each a
 format-independent way to damage a checkpoint directory one file or folder
-at a time, and :func:`interrupted_save`, a save in a forked child killed (or
-failing) at its k-th filesystem operation (:data:`FS_EVENTS`).
+at a time; :data:`CONTRADICTIONS`, each an edit of the state in an rbcheck
+checkpoint that makes it contradict itself, re-sealed (:func:`reseal`: the
+checksum and the sha256 recomputed, as anyone can) so that only the state's
+meaning can refuse it; and :func:`interrupted_save`, a save in a forked
+child killed (or failing) at its k-th filesystem operation
+(:data:`FS_EVENTS`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import shutil
@@ -15,11 +20,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-__all__ = ["FS_EVENTS", "FAULTS", "files_under", "dirs_under", "count_items", "outside_state",
+__all__ = ["FS_EVENTS", "FAULTS", "CONTRADICTIONS", "Contradiction", "reseal", "files_under", "dirs_under", "count_items", "outside_state",
            "interrupted_save", "interrupted_save_here"]
 
 #: Audit events that change (or open) files: the "filesystem operations" of a save.
@@ -137,6 +143,95 @@ FAULTS = {
     "pickle_payloads_added_under_common_names": each_dir(add_payloads),
     "file_replaced_by_symlink_outside": each_file(to_symlink_outside, may_load=False),
     "directory_replaced_by_symlink_outside": each_dir(to_symlink_outside, may_load=False, root=False),
+}
+
+
+# --------------------------------------------------------------------------
+# contradictions: the state of an rbcheck checkpoint edited and re-sealed
+# --------------------------------------------------------------------------
+
+
+def reseal(ckpt: Path, edit: Callable[[dict, dict], None]) -> bool:
+    """Edit the state of the rbcheck checkpoint at ``ckpt`` in place and seal it
+    again: ``edit(state, tensors)`` changes the JSON state (``{"tensor": name}``
+    in each tensor's place) and the ``{name: tensor}`` of its tensor file; the
+    tensor file is rewritten, its sha256 and ``meta.json``'s checksum
+    recomputed. False (nothing changed) when ``ckpt`` is not in rbcheck's
+    format (another library's checkpoint: no state to edit)."""
+    import json
+
+    from safetensors.torch import load as load_tensors
+    from safetensors.torch import save as dump_tensors
+
+    from rbcheck.reference import checkpoint_format as fmt
+
+    pointer = ckpt / "CURRENT"
+    if not pointer.is_file():
+        return False
+    live = ckpt / pointer.read_text().strip()
+    try:
+        meta = json.loads((live / fmt.META).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(meta, dict) or meta.get("format") != fmt.FORMAT:
+        return False
+    tensors = dict(load_tensors((live / fmt.TENSORS).read_bytes()))
+    edit(meta["state"], tensors)
+    blob = dump_tensors(tensors)
+    (live / fmt.TENSORS).write_bytes(blob)
+    (live / fmt.META).write_bytes(fmt.encode_meta(meta["state"], hashlib.sha256(blob).hexdigest()))
+    return True
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    """An edit of a checkpoint's state that no buffer could have saved. ``field``:
+    what the refusal must name; ``needs``: the capability of the spec it applies
+    to ("prioritized": it edits the sum tree or the max priority, or only a
+    prioritized buffer's leaves show it), or "" (any)."""
+
+    edit: Callable[[dict, dict], None]
+    field: str
+    needs: str = ""
+
+
+def _leaves(state: dict, tensors: dict) -> torch.Tensor:
+    return tensors[state["sampler"]["sum_tree"]["leaves"]["tensor"]]
+
+
+def _set(*where: str, value):
+    def edit(state: dict, tensors: dict) -> None:
+        part = state
+        for key in where[:-1]:
+            part = part[key]
+        part[where[-1]] = value
+    return edit
+
+
+def _leaf_of_a_slot_never_written(state: dict, tensors: dict) -> None:
+    leaves = _leaves(state, tensors)
+    leaves[-1] = leaves.max()  # the source holds fewer rows than its capacity
+
+
+#: The source buffer (``checkpoint_state.source``) holds 6 rows of 8, with
+#: stored priorities 5.0 and 0.5 at slots 1 and 4 (max priority 5.0).
+CONTRADICTIONS = {
+    # issue 39: a full or partly full buffer said to hold 3 rows: leaves 3.. are non-zero
+    "write_count_below_the_rows_with_priorities": Contradiction(
+        _set("writer", "write_count", value=3), "write_count", "prioritized"),
+    "priority_in_a_slot_never_written": Contradiction(_leaf_of_a_slot_never_written, "leaves", "prioritized"),
+    "max_priority_below_a_stored_priority": Contradiction(
+        _set("sampler", "max_priority", value=1.0), "max_priority", "prioritized"),
+    "max_priority_below_its_start": Contradiction(
+        _set("sampler", "max_priority", value=0.25), "max_priority", "prioritized"),
+    "inner_nodes_beside_the_leaves": Contradiction(
+        _set("sampler", "sum_tree", "nodes", value=[0.0] * 16), "nodes", "prioritized"),
+    "cursor_beside_the_write_count": Contradiction(_set("writer", "cursor", value=2), "cursor"),
+    "generations_beside_the_write_count": Contradiction(
+        _set("writer", "generation", value=[7, 6, 5, 4, 3, 2, 1, 0]), "generation"),
+    "unknown_key_in_the_state": Contradiction(_set("notes", value="resume here"), "notes"),
+    "unknown_key_in_the_storage": Contradiction(_set("storage", "size", value=3), "size"),
+    "unknown_key_in_the_sampler": Contradiction(_set("sampler", "temperature", value=0.5), "temperature"),
 }
 
 

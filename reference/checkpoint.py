@@ -9,15 +9,17 @@ Contract
   ``CURRENT`` with ``os.replace`` and only then deletes the previous checkpoint and what crashed
   saves left. A crash at any point leaves the previous checkpoint loadable.
 * A save never touches what it did not write: ``path`` may hold the user's files (a run
-  directory with ``ckpt-1000/model.pt``, ``ckpt-best/``). It removes only the sub-directory
-  ``CURRENT`` named and its own leftovers, recognised by an unguessable name
-  (``ckpt-rbcheck_<16 hex>/``, ``CURRENT.rbcheck_<16 hex>.tmp``), and a sub-directory only
-  while it holds nothing but ``meta.json`` and ``tensors.safetensors``. A ``CURRENT`` that is
-  not an rbcheck pointer is the user's: the save raises ``CheckpointError`` and writes nothing.
+  directory with ``ckpt-1000/model.pt``, ``ckpt-best/``). It removes only what it created,
+  recognised by an unguessable name (``ckpt-rbcheck_<16 hex>/``, ``CURRENT.rbcheck_<16
+  hex>.tmp``): the sub-directory ``CURRENT`` named and its own leftovers, a sub-directory only
+  while it holds nothing but ``meta.json`` and ``tensors.safetensors``. A ``CURRENT`` naming
+  anything else (``ckpt-best``, an older rbcheck's ``ckpt-xxxxxxxx``) is in doubt: the save
+  raises ``CheckpointError`` and writes and deletes nothing (loading it still works).
 * ``load_checkpoint(buffer, path)`` never unpickles and never follows a symlink: ``CURRENT``
   must name a ``ckpt-*`` sub-directory holding exactly the two regular files, each within a size
-  cap. The files are decoded and checked (``checkpoint_format.decode``), then the state against
-  the buffer (``load_state_dict``) BEFORE changing the buffer. Any problem raises
+  cap. The files are decoded and checked (``checkpoint_format.decode``), then the state's meaning
+  (``checkpoint_meaning``: checksums can be recomputed by anyone) and the state against the
+  buffer (``load_state_dict``) BEFORE changing the buffer. Any problem raises
   ``CheckpointError`` saying what is wrong; the buffer is then unchanged.
 * It holds only what cannot be derived (no generations, storage size, inner tree nodes or min
   tree), so an inconsistent one cannot be written down. The round trip is bit-exact (rows, write
@@ -44,6 +46,7 @@ from rbcheck.reference.checkpoint_format import (
     encode,
     require,
 )
+from rbcheck.reference.checkpoint_meaning import check_meaning
 
 POINTER, NAME = "CURRENT", re.compile(r"ckpt-[A-Za-z0-9_]+")
 OWN_DIR, OWN_POINTER = re.compile(r"ckpt-rbcheck_[0-9a-f]{16}"), re.compile(r"CURRENT\.rbcheck_[0-9a-f]{16}\.tmp")
@@ -70,15 +73,17 @@ def _previous(path: Path) -> str | None:
     """The sub-directory ``path/CURRENT`` names (None: no pointer); refuses the user's file."""
     if not os.path.lexists(path / POINTER):
         return None
-    hint = "; it is not rbcheck's, so nothing was written: save into another directory"
+    hint = ("; it is not rbcheck's (the user's, or an older rbcheck's checkpoint: load it and save it "
+            "elsewhere), so nothing was written or deleted: save into another directory")
     mode = os.lstat(path / POINTER).st_mode
     require(stat.S_ISREG(mode), f"{POINTER} is {stat.filemode(mode)}, but should be a regular file{hint}")
     try:
         name = _read(path / POINTER, MAX_POINTER_BYTES).decode("ascii", "replace")
     except CheckpointError as error:
         raise CheckpointError(f"{error}{hint}") from error
-    require(name.endswith("\n") and bool(NAME.fullmatch(name[:-1])),
-            f"{POINTER}={name!r:.80}, but should be an rbcheck pointer ('ckpt-...\\n'){hint}")
+    require(name.endswith("\n") and bool(OWN_DIR.fullmatch(name[:-1])),  # only what rbcheck names
+            f"{POINTER}={name!r:.80}, but should be a pointer to what rbcheck's save creates "
+            f"('ckpt-rbcheck_<16 hex>\\n'){hint}")
     return name[:-1]
 
 
@@ -96,10 +101,11 @@ def save_checkpoint(buffer, path) -> None:
 
 def commit_checkpoint(path, write_files) -> None:
     """The save protocol around ``write_files(new)``, which writes (and fsyncs) the files of
-    the new sub-directory ``new``: refuse a user's ``CURRENT``, write into a new sub-directory,
-    swap the pointer, then remove the previous checkpoint and leftovers."""
+    the new sub-directory ``new``: refuse a ``CURRENT`` not naming what rbcheck creates, write
+    into a new sub-directory, swap the pointer, then remove the previous checkpoint and leftovers."""
     path = Path(path)
-    previous = _previous(path) if path.is_dir() else None
+    if path.is_dir():
+        _previous(path)  # refuses a CURRENT that is in doubt before anything is written
     path.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(8)
     new, pointer = path / f"ckpt-rbcheck_{token}", path / f"{POINTER}.rbcheck_{token}.tmp"
@@ -112,7 +118,7 @@ def commit_checkpoint(path, write_files) -> None:
     for old in os.listdir(path):  # the previous checkpoint and leftovers of crashed saves
         if OWN_POINTER.fullmatch(old) and (path / old).is_file() and not (path / old).is_symlink():
             (path / old).unlink()
-        elif old != new.name and (old == previous or OWN_DIR.fullmatch(old)) and _is_checkpoint_dir(path / old):
+        elif old != new.name and OWN_DIR.fullmatch(old) and _is_checkpoint_dir(path / old):  # previous included
             shutil.rmtree(path / old, ignore_errors=True)
 
 
@@ -169,6 +175,10 @@ def load_checkpoint(buffer, path, read=read_checkpoint) -> None:
     """Replace ``buffer``'s state with the checkpoint at ``path`` (read and validated by
     ``read``); unchanged on error."""
     state = read(path)
+    try:
+        check_meaning(state, buffer)
+    except CheckpointError as error:
+        raise CheckpointError(f"checkpoint at {str(path)!r} holds a state no buffer saves: {error}") from None
     try:
         buffer.load_state_dict(state)
     except ValueError as error:

@@ -8,12 +8,15 @@ likely to take for its own (rbcheck's did, issue 17: ``rmtree`` on every
 ``ckpt-*``). After a save, and after a second save over the first, every
 one of them is still there, byte-identical (a symlink points where it did),
 and the directory loads exactly as the last save. A save may instead refuse
-the directory, with an error and nothing written.
+the directory, with an error and nothing written. A ``CURRENT`` naming the
+user's ``ckpt-best/`` (a copy of a checkpoint) never gets it deleted: rbcheck
+took any ``ckpt-*`` pointer for its own and did (issue 39).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -144,3 +147,76 @@ def test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical
         diff = difference(snapshot(loaded, spec, impl), saved)
         if diff:
             fail(f"load after save {count} beside the user's files", diff, "the saved state", trace)
+
+
+def everything(path: Path) -> dict[str, object]:
+    """Every entry under ``path``: a file's bytes, ``"<dir>"`` or ``"-> target"``."""
+    found: dict[str, object] = {}
+    for item in sorted(path.rglob("*")):
+        name = item.relative_to(path).as_posix()
+        found[name] = (f"-> {os.readlink(item)}" if item.is_symlink() else "<dir>" if item.is_dir()
+                       else item.read_bytes())
+    return found
+
+
+def users_copy_of_a_checkpoint(probe: Path, best: Path) -> None:
+    """``best``: the user's copy of the checkpoint at ``probe`` -- the
+    sub-directory its ``CURRENT`` names (rbcheck's format), else every file
+    the save wrote, side by side."""
+    best.mkdir(parents=True)
+    pointer = probe / "CURRENT"
+    live = probe / pointer.read_text().strip() if pointer.is_file() else None
+    if live is not None and live.is_dir() and not live.is_symlink() and live.parent == probe:
+        shutil.copytree(live, best, dirs_exist_ok=True)
+        return
+    for file in sorted(p for p in probe.rglob("*") if p.is_file() and not p.is_symlink()):
+        shutil.copyfile(file, best / file.relative_to(probe).as_posix().replace("/", "_"))
+
+
+def test_saving_never_deletes_the_directory_a_pointer_names(impl, tmp_path):
+    """exact: ``path`` holds a ``CURRENT`` naming ``ckpt-best/``, the user's
+    copy of a checkpoint the implementation wrote (its files and nothing
+    else, as a save's own sub-directory would be). A save leaves
+    ``ckpt-best/`` byte-identical: it refuses, writing nothing (the pointer
+    names a directory the save did not create: rbcheck's refuse, issue 39),
+    or saves and the directory then loads exactly as saved."""
+    spec = spec_for(impl)
+    trace = Trace(impl, spec)
+    probe, path = tmp_path / "probe", tmp_path / "runs" / "exp1"
+    source(impl, spec).save(probe)
+    users_copy_of_a_checkpoint(probe, path / "ckpt-best")
+    (path / "CURRENT").write_text("ckpt-best\n")
+    before, best = everything(path), everything(path / "ckpt-best")
+    for line in ("import tempfile", "from pathlib import Path",
+                 "from rbcheck.harness.checkpoint_state import source",
+                 "from rbcheck.conformance.test_checkpoint_user_files import users_copy_of_a_checkpoint"):
+        trace.need(line)
+    trace.let("path", None, 'Path(tempfile.mkdtemp()) / "runs" / "exp1"')
+    trace.op(f"source(load_adapter({trace.adapter!r}), {spec!r}).save(path.parent / 'probe')")
+    trace.op("users_copy_of_a_checkpoint(path.parent / 'probe', path / 'ckpt-best')")
+    trace.op("(path / 'CURRENT').write_text('ckpt-best\\n')  # the user's pointer to it")
+    buf = source(impl, spec, extra=3)
+    saved = snapshot(source(impl, spec, extra=3), spec, impl)
+    trace.op(f"source(load_adapter({trace.adapter!r}), {spec!r}, extra=3).save(path)")
+    try:
+        buf.save(path)
+    except Exception as err:  # noqa: BLE001 - a refusal is allowed if it wrote nothing
+        problem = changed(everything(path), before)
+        if problem:
+            fail(f"a refused save ({type(err).__name__}: {str(err)[:100]})", f"<{problem}>",
+                 "a refusal that writes and deletes nothing", trace)
+        return
+    trace.op("assert (path / 'ckpt-best').is_dir()")
+    problem = changed(everything(path / "ckpt-best"), best)
+    if problem:
+        fail("ckpt-best/, which CURRENT named, after the save", f"<{problem}>",
+             "byte-identical (the save did not create it: it is the user's)", trace)
+    loaded = target(impl, spec)
+    try:
+        loaded.load(path)
+    except Exception as err:  # noqa: BLE001
+        fail("load after a save over the user's pointer", f"<{type(err).__name__}: {err}>",
+             "the saved state", trace)
+    diff = difference(snapshot(loaded, spec, impl), saved)
+    if diff:
+        fail("load after a save over the user's pointer", diff, "the saved state", trace)

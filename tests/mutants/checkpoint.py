@@ -359,3 +359,54 @@ class CleanupTakesEveryCkptBuffer(ReplayBuffer):
         catches=("test_checkpoint_user_files::test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical",))
 def save_deletes_the_users_ckpt_dirs():
     return adapter("save-deletes-the-users-ckpt-dirs", CleanupTakesEveryCkptBuffer)
+
+
+class MeaningUncheckedBuffer(ReplayBuffer):
+    """rbcheck before issue 39 (item 6): ``loads`` checked the files (checksum,
+    sha256, format) and the state against the buffer, but not the state's
+    meaning: a re-sealed checkpoint of a full buffer said to hold 3 rows loaded,
+    and every sample raised after; unknown keys were ignored."""
+
+    def loads(self, path) -> None:  # reference.checkpoint.load_checkpoint without check_meaning
+        from rbcheck.reference.checkpoint import CheckpointError, read_checkpoint
+
+        state = read_checkpoint(path)
+        try:
+            self.load_state_dict(state)
+        except ValueError as error:
+            raise CheckpointError(f"checkpoint at {str(path)!r} does not fit this buffer: {error}") from error
+
+
+@mutant(bug="a re-sealed checkpoint that contradicts itself loaded",
+        catches=("test_checkpoint_faults::test_resealed_contradiction_is_refused_and_nothing_changes",))
+def loads_skips_the_meaning_checks():
+    return adapter("loads-skips-the-meaning-checks", MeaningUncheckedBuffer)
+
+
+class PointerTakenForOwnBuffer(ReplayBuffer):
+    """rbcheck before issue 39 (item 7): any ``ckpt-[A-Za-z0-9_]+`` in
+    ``CURRENT`` was taken for a checkpoint of its own, and the next save removed
+    the sub-directory it named once that held only ``meta.json`` and
+    ``tensors.safetensors``: the user's ``ckpt-best/`` (a copy of a checkpoint)."""
+
+    def dumps(self, path) -> None:
+        import re
+        import shutil
+
+        from rbcheck.reference.checkpoint import _is_checkpoint_dir
+
+        path, named = Path(path), None
+        if (path / "CURRENT").is_file():
+            name = (path / "CURRENT").read_text().strip()
+            if re.fullmatch(r"ckpt-[A-Za-z0-9_]+", name):
+                named = path / name
+                (path / "CURRENT").unlink()  # past today's pointer check, as before the fix
+        super().dumps(path)
+        if named is not None and _is_checkpoint_dir(named):
+            shutil.rmtree(named)
+
+
+@mutant(bug="a save that deletes the user's directory CURRENT named",
+        catches=("test_checkpoint_user_files::test_saving_never_deletes_the_directory_a_pointer_names",))
+def save_deletes_the_directory_current_named():
+    return adapter("save-deletes-the-directory-current-named", PointerTakenForOwnBuffer)

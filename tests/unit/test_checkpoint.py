@@ -306,13 +306,13 @@ def test_save_refuses_a_directory_whose_pointer_file_is_not_rbchecks(tmp_path):
 
 
 def test_save_removes_the_previous_checkpoint_and_its_own_leftovers_only(saved, monkeypatch):
-    """The next save removes the checkpoint ``CURRENT`` named (written by an
-    older rbcheck too) and what crashed saves left, never the user's entries."""
+    """The next save removes the checkpoint ``CURRENT`` named (by the name
+    rbcheck's save generates) and what crashed saves left, never the user's
+    entries. A ``CURRENT`` naming anything else (an older rbcheck's
+    ``ckpt-xxxxxxxx`` too) is refused, nothing deleted (issue 39, item 7:
+    tests/faults/test_pointer_to_a_users_directory.py)."""
     rb, path = saved
     user = users_run_directory(path)
-    legacy = path / "ckpt-legacy01"  # an older rbcheck's name for a checkpoint
-    current(path).rename(legacy)
-    (path / "CURRENT").write_text("ckpt-legacy01\n")
     rb.add(data(1, 50)[0])
 
     def crash(*args):
@@ -322,7 +322,7 @@ def test_save_removes_the_previous_checkpoint_and_its_own_leftovers_only(saved, 
     with pytest.raises(OSError, match="power cut"):
         rb.dumps(path)  # leaves a new sub-directory and a temporary pointer
     monkeypatch.undo()
-    assert len(written_by_the_save(path, user)) == 4  # CURRENT, the legacy one, the crashed save's two
+    assert len(written_by_the_save(path, user)) == 4  # CURRENT, the previous one, the crashed save's two
     rb.dumps(path)
     assert written_by_the_save(path, user) == sorted(["CURRENT", current(path).name])
     assert {name: data for name, data in tree(path).items() if name in user} == user

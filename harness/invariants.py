@@ -258,6 +258,39 @@ CATALOGUE: tuple[Invariant, ...] = (
         real_bugs=("JuliaReinforcementLearning RLTrajectories PR #56", "instadeepai/flashbax #52",
                    "hill-a/stable-baselines #941"),
     ),
+    # issue 40: the samplers the field uses (reference/without_replacement_sampler.py,
+    # consuming_sampler.py, iteration.py; harness/sampler_laws.py)
+    Invariant(
+        "epochs_without_replacement",
+        statement="a sampler without replacement draws each slot held when its epoch started exactly once "
+        "per epoch (the short tail dropped or returned as `drop_last` declares; slot order without "
+        "`shuffle`, a uniform permutation with it; slots written mid-epoch wait), and a save and load "
+        "mid-epoch resumes the same epoch",
+        properties=("test_sampling_without_replacement::test_an_epoch_draws_every_held_slot_exactly_once",
+                    "test_sampling_without_replacement::test_a_saved_epoch_resumes_after_load",
+                    "test_sampling_without_replacement::test_shuffled_epochs_are_uniform_permutations"),
+    ),
+    Invariant(
+        "consuming_sampler",
+        statement="a consuming sampler never draws a row more than `max_sample_count` times, writes reuse "
+        "the consumed slots first, and the counts survive a save and load",
+        properties=("test_consuming::test_a_row_is_drawn_at_most_max_sample_count_times",
+                    "test_consuming::test_writes_reuse_consumed_slots_first",
+                    "test_consuming::test_consumption_survives_save_and_load"),
+    ),
+    Invariant(
+        "iteration_and_prefetch",
+        statement="iterating a buffer gives the batches repeated `sample()` gives (one epoch without "
+        "replacement), and prefetching never changes a sample: the same stream, only held slots",
+        properties=("test_iteration::test_iteration_gives_the_batches_of_repeated_sample",
+                    "test_iteration::test_prefetch_gives_the_stream_without_prefetch"),
+    ),
+    Invariant(
+        "replacement_declared",
+        statement="every sampler draws with or without replacement, within a batch and across batches, as "
+        "its law says (the spec's, or the declared `Conventions.replacement`)",
+        properties=("test_replacement::test_samplers_draw_with_or_without_replacement_as_declared",),
+    ),
 )
 
 BY_ID = {inv.id: inv for inv in CATALOGUE}

@@ -39,10 +39,13 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
+
+from rbcheck.harness.buffer_protocol import BufferUnderTest
+from rbcheck.harness.sampler_laws import check_replacement
 
 #: Capability names an adapter may declare.
 CAPABILITIES = frozenset(
@@ -64,6 +67,10 @@ CAPABILITIES = frozenset(
         "transitions",  # rows are env steps; a sample returns next_obs and the flags (Conventions.transition_fields)
         "nstep",  # with spec.nstep: a sample returns the n-step return, bootstrap obs and discount (or the window)
         "env_id",  # takes several envs' steps interleaved (spec.num_envs > 1; each row's "env" key)
+        "without_replacement",  # spec.sampler="without_replacement": epochs, drop_last, shuffle (issue 40)
+        "consuming",  # spec.sampler="consuming": max_sample_count draws per row, consumed slots rewritten first
+        "iteration",  # iterate(): the batches of repeated sample() (one epoch without replacement)
+        "prefetch",  # spec.prefetch=N: the same samples as without prefetching
     }
 )
 
@@ -217,6 +224,8 @@ class Conventions:
       oldest are the ones dropped); more than ``capacity`` of them only while
       they belong to one episode; and every sampled row is one of them, with
       windows over the held rows.
+    * ``replacement``: sampler -> how it draws, where it differs from the
+      spec's law (``harness/sampler_laws.py``: the laws and the check).
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.
@@ -240,6 +249,7 @@ class Conventions:
     capacity_counts: str = "rows"
     terminal_next_obs: str = "final"
     eviction: str = "ring"
+    replacement: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         choices = {
@@ -271,6 +281,7 @@ class Conventions:
             raise ValueError(
                 f"Conventions.positive_priorities={self.positive_priorities!r}, but should be True or False"
             )
+        check_replacement(self.replacement)
         unknown = set(self.param_ranges) - set(SPEC_PARAM_RANGES)
         if unknown:
             raise ValueError(
@@ -370,7 +381,7 @@ class BufferSpec:
     """What buffer to build. Fields irrelevant to ``sampler`` are ignored."""
 
     capacity: int
-    sampler: str = "random"  # "random" | "prioritized" | "slice"
+    sampler: str = "random"  # "random" | "prioritized" | "slice" | "without_replacement" | "consuming"
     batch_size: int | None = None
     alpha: float = 0.6
     beta: float = 0.4
@@ -396,67 +407,15 @@ class BufferSpec:
     num_envs: int = 1
     nstep: int | None = None
     gamma: float = 0.99
+    #: Issue 40 (harness/sampler_laws.py): "without_replacement"'s drop_last and shuffle,
+    #: "consuming"'s max_sample_count, and the batches drawn ahead (0: none).
+    drop_last: bool = False
+    shuffle: bool = True
+    max_sample_count: int = 1
+    prefetch: int = 0
 
     def but(self, **changes: Any) -> BufferSpec:
         return replace(self, **changes)
-
-
-@runtime_checkable
-class BufferUnderTest(Protocol):
-    """The operations the harness drives. Optional ones raise
-    ``NotImplementedError`` when the matching capability is not declared."""
-
-    # --- writing -----------------------------------------------------------
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        """Write a batch of rows; return the int64 slots written, in order."""
-
-    def add(self, row: TensorDictBase) -> int:
-        """Write one row (no batch dimension); return its slot."""
-
-    # --- reading -----------------------------------------------------------
-    def __len__(self) -> int: ...
-
-    def sample(self, batch_size: int | None = None) -> tuple[TensorDictBase, dict[str, torch.Tensor]]:
-        """Return ``(rows, info)``. ``info["index"]`` holds the slots; for a
-        prioritized buffer ``info["weight"]`` the importance weights and
-        ``info["generation"]`` (if ``stale_updates``) the slots' write
-        generations at sampling time."""
-
-    def contents(self) -> TensorDictBase:
-        """All stored rows in slot order ``0 .. len-1`` (a copy)."""
-
-    @property
-    def cursor(self) -> int:
-        """The next slot the writer will write."""
-
-    @property
-    def write_count(self) -> int:
-        """Rows written over the buffer's life."""
-
-    # --- priorities (capability "prioritized") -----------------------------
-    def update_priority(
-        self, index: torch.Tensor, priority: torch.Tensor, generation: torch.Tensor | None = None
-    ) -> None:
-        """Set raw priorities (``conventions.priority_dtype``) of int64 slots."""
-
-    # --- read-back (capability "priority_readback") --------------------------
-    def stored_priority(self, index: torch.Tensor) -> torch.Tensor:
-        """The transformed priorities ``(p + eps) ** alpha`` held for slots, float64."""
-
-    @property
-    def max_priority(self) -> float:
-        """The largest raw priority seen (under ``new_priority="max_seen"``),
-        as a Python float."""
-
-    # --- shared randomness (capability "shared_rng") -----------------------
-    def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
-        """Map float64 uniforms in [0, 1) to slots the way ``sample`` does."""
-
-    # --- checkpoints (capability "save_load") ------------------------------
-    def save(self, path: Path) -> None: ...
-
-    def load(self, path: Path) -> None:
-        """Replace this buffer's whole state with the checkpoint at ``path``."""
 
 
 @dataclass

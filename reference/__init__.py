@@ -8,7 +8,9 @@ and a tiny collector over a toy environment, which use the buffer and are not pa
 from rbcheck.reference.buffer import ReplayBuffer
 from rbcheck.reference.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rbcheck.reference.collector import SyncCollector
+from rbcheck.reference.consuming_sampler import ConsumingSampler, ConsumingWriter
 from rbcheck.reference.env import ChainEnv
+from rbcheck.reference.iteration import Prefetch, iterate
 from rbcheck.reference.pinning import pin_sample, require_accelerator
 from rbcheck.reference.policy import NotCopyableError, make_target_params, place_policy
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler
@@ -17,11 +19,13 @@ from rbcheck.reference.slice_sampler import SliceSampler
 from rbcheck.reference.storage import TensorStorage
 from rbcheck.reference.sum_tree import MinTree, SumTree
 from rbcheck.reference.transforms import Compose, Transform
+from rbcheck.reference.without_replacement_sampler import WithoutReplacementSampler
 from rbcheck.reference.writer import RoundRobinWriter
 
 __all__ = [
-    "ChainEnv", "CheckpointError", "Compose", "MinTree", "NotCopyableError", "PrioritizedSampler",
-    "RandomSampler", "ReplayBuffer", "RoundRobinWriter", "SliceSampler", "SumTree", "SyncCollector",
-    "TensorStorage", "Transform", "load_checkpoint", "make_target_params", "pin_sample",
+    "ChainEnv", "CheckpointError", "Compose", "ConsumingSampler", "ConsumingWriter", "MinTree",
+    "NotCopyableError", "Prefetch", "PrioritizedSampler", "RandomSampler", "ReplayBuffer",
+    "RoundRobinWriter", "SliceSampler", "SumTree", "SyncCollector", "TensorStorage", "Transform",
+    "WithoutReplacementSampler", "iterate", "load_checkpoint", "make_target_params", "pin_sample",
     "place_policy", "require_accelerator", "save_checkpoint",
 ]

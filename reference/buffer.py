@@ -18,6 +18,11 @@ Contract
   torch's default seed, or a ``torch.Generator`` on any device: samplers draw on its device,
   ``random_sampler.draw_uniforms``), so the next samples are identical. A state saved from a
   generator on another kind of device is refused (ValueError, nothing changed).
+* ``iter(buffer)`` yields ``sample(batch_size)`` batches (one epoch with a without-replacement
+  sampler; ``iteration.iterate``). ``prefetch=N`` draws up to N batches ahead, taken back before
+  any change, so the samples are the same as without (``iteration.Prefetch``).
+* A writer with a ``size`` (``consuming_sampler.ConsumingWriter``: it reuses consumed slots)
+  tells a load how many slots are held; otherwise it is ``min(write_count, capacity)``.
 
 Cost: ``extend`` O(n * row size) (+ O(n log capacity) prioritized), ``sample`` O(B * row size)
 plus the sampler's cost.
@@ -33,6 +38,7 @@ from tensordict import TensorDictBase
 from rbcheck.reference import pinning
 from rbcheck.reference.arguments import as_generator, check_generator_state, check_index, check_int
 from rbcheck.reference.checkpoint import load_checkpoint, save_checkpoint
+from rbcheck.reference.iteration import Prefetch, iterate
 from rbcheck.reference.random_sampler import RandomSampler
 from rbcheck.reference.storage import TensorStorage
 from rbcheck.reference.transitions import mark_slice_ends
@@ -43,7 +49,7 @@ class ReplayBuffer:
     """A fixed-capacity replay buffer (see module doc)."""
 
     def __init__(self, capacity=None, *, storage=None, sampler=None, writer=None, transform=None,
-                 batch_size=None, pin_memory=False, priority_key="priority", generator=None):
+                 batch_size=None, pin_memory=False, priority_key="priority", generator=None, prefetch=0):
         storage = TensorStorage(check_int("capacity", capacity)) if storage is None else storage
         writer = RoundRobinWriter(storage.capacity) if writer is None else writer
         sampler = RandomSampler() if sampler is None else sampler
@@ -61,6 +67,7 @@ class ReplayBuffer:
         self.storage, self.writer, self.sampler = storage, writer, sampler
         self.transform, self.batch_size, self.pin_memory = transform, batch_size, bool(pin_memory)
         self.priority_key, self.generator = priority_key, as_generator(generator)
+        self.prefetch = Prefetch(prefetch)
 
     capacity = property(lambda self: self.storage.capacity)
     cursor = property(lambda self: self.writer.cursor)
@@ -74,6 +81,7 @@ class ReplayBuffer:
         """Write the rows of ``data`` (batch ``[n]``); return their int64 slots."""
         self.storage.check(data)
         n, priority = data.batch_size[0], self.priority_of(data)
+        self.prefetch.rewind(self)
         index = self.writer.next_indices(n)
         self.storage.set(index, data)
         self.sampler.on_write(index, priority)
@@ -99,9 +107,8 @@ class ReplayBuffer:
         batch_size = self.batch_size if batch_size is None else batch_size
         if batch_size is None:
             raise ValueError("batch_size=None, but should be an int >= 1 (here or in the constructor)")
-        info = self.sampler.sample(self.storage, batch_size, self.generator, cursor=self.cursor)
+        info = self.prefetch.take(self, batch_size)
         slice_end = info.pop("slice_end", None)
-        info["generation"] = self.writer.generation[info["index"]]
         rows = self.storage.get(info["index"])
         if slice_end is not None and "truncated" in rows.keys():  # env steps: a slice's end breaks the trajectory
             rows = mark_slice_ends(rows, slice_end)
@@ -111,12 +118,22 @@ class ReplayBuffer:
             rows, info = pinning.pin_sample(rows, info)  # looked up now: tests may replace it
         return rows, info
 
+    def draw(self, batch_size: int) -> dict:
+        """The sampler's draw (``info``) with each slot's write ``generation``; no rows."""
+        info = self.sampler.sample(self.storage, batch_size, self.generator, cursor=self.cursor)
+        info["generation"] = self.writer.generation[info["index"]]
+        return info
+
+    def __iter__(self):
+        return iterate(self)
+
     def update_priority(self, index, priority, generation=None) -> None:
         """Set raw priorities of written slots; stale ``generation`` entries are ignored."""
         if not self.prioritized:
             raise ValueError(f"sampler={type(self.sampler).__name__}, but should be prioritized")
         index = check_index(index, self.capacity)
         current = self.writer.generation[index]
+        self.prefetch.rewind(self)
         self.sampler.update_priority(index, priority, generation, current_generation=current)
 
     def indices_from_uniforms(self, u: torch.Tensor) -> torch.Tensor:
@@ -124,18 +141,21 @@ class ReplayBuffer:
         return self.sampler.indices_from_uniforms(u, len(self))
 
     def state_dict(self) -> dict:
+        self.prefetch.rewind(self)
         parts = {name: getattr(self, name).state_dict() for name in ("storage", "writer", "sampler")}
         return {"capacity": self.capacity, **parts, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the whole state. Everything is validated on copies first (ValueError)."""
+        self.prefetch.rewind(self)
         try:
             if state["capacity"] != self.capacity:
                 raise ValueError(f"capacity={state['capacity']}, but should be {self.capacity}")
             live = self.writer, self.storage, self.sampler
             writer, storage, sampler = staged = [copy.copy(part) for part in live]  # loads rebind, never mutate
             writer.load_state_dict(state["writer"])
-            storage.load_state_dict(state["storage"], min(writer.write_count, self.capacity))  # slots fill in order
+            size = writer.size if hasattr(writer, "size") else min(writer.write_count, self.capacity)
+            storage.load_state_dict(state["storage"], size)  # slots fill in order
             sampler.load_state_dict(state["sampler"])
             check_generator_state(state["generator"], self.generator.device)
         except (KeyError, TypeError, AttributeError, IndexError, OverflowError, RuntimeError) as error:

@@ -29,7 +29,8 @@ from tensordict import TensorDictBase
 from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec, Conventions
 
 #: Components a spec is built from; a variant may replace any of them.
-COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler")
+COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler",
+                   "WithoutReplacementSampler", "ConsumingSampler", "ConsumingWriter")
 
 
 def _reference_components() -> SimpleNamespace:
@@ -133,6 +134,10 @@ class ShapedBuffer:
             )
         return sampler.indices_from_uniforms(u, len(self.buffer))
 
+    # iteration
+    def iterate(self):
+        return iter(self.buffer)
+
     # checkpoints
     def save(self, path: Path) -> None:
         self.buffer.dumps(path)
@@ -155,9 +160,14 @@ def make_components(spec: BufferSpec, components: Any) -> tuple[Any, Any]:
             episode_key=spec.episode_key,
             strict_length=spec.strict_length,
         )
+    elif spec.sampler == "without_replacement":
+        sampler = components.WithoutReplacementSampler(drop_last=spec.drop_last, shuffle=spec.shuffle)
+    elif spec.sampler == "consuming":
+        sampler = components.ConsumingSampler(spec.capacity, spec.max_sample_count)
     else:
         raise ValueError(
-            f"spec.sampler={spec.sampler!r}, but should be 'random', 'prioritized' or 'slice'"
+            f"spec.sampler={spec.sampler!r}, but should be 'random', 'prioritized', 'slice', "
+            f"'without_replacement' or 'consuming'"
         )
     return storage, sampler
 
@@ -200,8 +210,8 @@ def buffer_adapter(
 
     ``buffer_cls`` may be a zero-argument callable returning the class (so
     the import happens on first use). ``components`` is a namespace with
-    ``TensorStorage``, ``RandomSampler``, ``PrioritizedSampler`` and
-    ``SliceSampler`` (any missing one is taken from ``reference``), or a
+    any of :data:`COMPONENT_NAMES` (any missing one is taken from
+    ``reference``), or a
     zero-argument callable returning one. ``cuda`` is reported unavailable
     automatically when no CUDA device is present. ``conventions`` declares
     documented deviations from the spec (default: none).
@@ -232,7 +242,8 @@ def buffer_adapter(
 
     def make(spec: BufferSpec) -> ShapedBuffer:
         cls = resolve_cls()
-        storage, sampler = make_components(spec, resolve_components())
+        parts = resolve_components()
+        storage, sampler = make_components(spec, parts)
         kwargs: dict[str, Any] = dict(
             storage=storage,
             sampler=sampler,
@@ -243,6 +254,10 @@ def buffer_adapter(
         )
         if spec.priority_key is not None:  # None: the implementation's default key
             kwargs["priority_key"] = spec.priority_key
+        if spec.sampler == "consuming":  # the writer reuses the slots the sampler consumed
+            kwargs["writer"] = parts.ConsumingWriter(spec.capacity, sampler)
+        if spec.prefetch:
+            kwargs["prefetch"] = spec.prefetch
         return ShapedBuffer(cls(spec.capacity, **kwargs), spec)
 
     return Adapter(

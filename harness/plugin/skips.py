@@ -44,8 +44,10 @@ def capability_skip_reason(adapter: Adapter, capabilities: tuple[str, ...]) -> s
 def spec_capabilities(spec: BufferSpec) -> tuple[str, ...]:
     """Capabilities a :class:`BufferSpec` needs to be built."""
     needed = []
-    if spec.sampler in ("random", "prioritized", "slice"):
+    if spec.sampler in ("random", "prioritized", "slice", "without_replacement", "consuming"):
         needed.append(spec.sampler)
+    if spec.prefetch:
+        needed.append("prefetch")
     if spec.priority_key is not None and spec.sampler == "prioritized":
         needed.append("priority_key")
     if spec.transform is not None:

@@ -71,6 +71,15 @@ class BufferUnderTest(Protocol):
         return, in order: one epoch with sampler "without_replacement"
         (then it stops), endless otherwise."""
 
+    # --- edits (capability "edit") and disk storages ("memmap"; issue 41) --
+    def set(self, index: torch.Tensor, rows: TensorDictBase) -> None:
+        """Replace the held rows at int64 slots ``index`` (each below ``len``) in
+        place; nothing else changes (length, cursor, write count, priorities)."""
+
+    def close(self) -> None:
+        """Release the files of ``spec.scratch_dir``: ``make(spec.but(reopen=True))``
+        then gives the same contents, length, cursor and write count."""
+
     # --- checkpoints (capability "save_load") ------------------------------
     def save(self, path: Path) -> None: ...
 

@@ -152,8 +152,9 @@ CATALOGUE: tuple[Invariant, ...] = (
     Invariant(
         "new_buffer_is_empty", number=8,
         statement="a new buffer holds nothing it was not given",
-        properties=(f"{RE}::test_new_buffer_holds_nothing_it_was_not_given",),
-        mutants=("scratch_dir_leaks_previous_run",),
+        properties=(f"{RE}::test_new_buffer_holds_nothing_it_was_not_given",
+                    "test_memmap_storage::test_reused_scratch_dir_starts_empty_and_keeps_the_users_files"),
+        mutants=("scratch_dir_leaks_previous_run", "memmap_reads_previous_runs_rows"),
         real_bugs=("pytorch/rl #2437",),
     ),
     Invariant(
@@ -290,6 +291,39 @@ CATALOGUE: tuple[Invariant, ...] = (
         statement="every sampler draws with or without replacement, within a batch and across batches, as "
         "its law says (the spec's, or the declared `Conventions.replacement`)",
         properties=("test_replacement::test_samplers_draw_with_or_without_replacement_as_declared",),
+    ),
+)
+
+CATALOGUE += (  # issue 41: storages and writers of the field (reference/memmap_storage.py,
+    # max_value_writer.py, writer.py's ImmutableWriter, buffer.set)
+    Invariant(
+        "disk_storage_is_memory",
+        statement="a memory-mapped storage holds what the in-memory one holds, call for call, across the "
+        "ring's wrap, edits and a close and reopen, and writes only in its declared directory",
+        properties=("test_memmap_storage::test_memmap_storage_matches_the_memory_reference_call_for_call",),
+    ),
+    Invariant(
+        "disk_faults_refused",
+        statement="a storage file removed or truncated under the buffer, a directory without write "
+        "permission or a full disk is a clear error naming the file or directory, and changes nothing",
+        properties=("test_memmap_faults::test_a_file_removed_or_truncated_under_the_storage_is_a_clear_error",
+                    "test_memmap_faults::test_a_directory_without_write_permission_is_a_clear_error",
+                    "test_memmap_faults::test_a_full_disk_is_a_clear_error"),
+    ),
+    Invariant(
+        "writers_keep_as_declared",
+        statement="a max-value writer holds the top `capacity` rows of everything written by its value "
+        "(ties to the earlier row; the rest dropped with slot -1); an immutable writer refuses every write "
+        "and edit, and nothing changes",
+        properties=("test_writers::test_max_value_writer_holds_the_top_k_of_everything_written",
+                    "test_writers::test_immutable_writer_refuses_every_write_and_nothing_changes"),
+    ),
+    Invariant(
+        "edits_in_place",
+        statement="an in-place edit changes the edited rows and nothing else (length, cursor, write count, "
+        "generations, priorities, other rows); an edit past the held length is refused and changes nothing",
+        properties=("test_edits::test_an_edit_changes_the_edited_rows_and_nothing_else",
+                    "test_edits::test_an_edit_past_the_held_length_is_refused_and_nothing_changes"),
     ),
 )
 

@@ -71,6 +71,11 @@ CAPABILITIES = frozenset(
         "consuming",  # spec.sampler="consuming": max_sample_count draws per row, consumed slots rewritten first
         "iteration",  # iterate(): the batches of repeated sample() (one epoch without replacement)
         "prefetch",  # spec.prefetch=N: the same samples as without prefetching
+        # storages and writers (issue 41; reference/memmap_storage.py, max_value_writer.py, writer.py)
+        "memmap",  # spec.storage="memmap": rows in files of spec.scratch_dir only; close() and spec.reopen
+        "max_value_writer",  # spec.writer="max_value": holds the top-capacity rows by spec.value_key
+        "immutable_writer",  # spec.writer="immutable": every write and edit refused, nothing changed
+        "edit",  # set(index, rows): edits held rows in place, nothing else changes
     }
 )
 
@@ -413,6 +418,16 @@ class BufferSpec:
     shuffle: bool = True
     max_sample_count: int = 1
     prefetch: int = 0
+    #: Issue 41 (capabilities "memmap", "max_value_writer", "immutable_writer"):
+    #: "memory" or "memmap" (rows in files of ``scratch_dir``, a str path, and
+    #: nowhere else); ``reopen``: build from the files a closed buffer of this spec
+    #: left there (``close()``); writer "round_robin", "max_value" (keeps the
+    #: top-capacity rows by ``value_key``, one number a row) or "immutable".
+    storage: str = "memory"
+    scratch_dir: str | None = None
+    reopen: bool = False
+    writer: str = "round_robin"
+    value_key: str = "value"
 
     def but(self, **changes: Any) -> BufferSpec:
         return replace(self, **changes)

@@ -11,6 +11,8 @@ from rbcheck.reference.collector import SyncCollector
 from rbcheck.reference.consuming_sampler import ConsumingSampler, ConsumingWriter
 from rbcheck.reference.env import ChainEnv
 from rbcheck.reference.iteration import Prefetch, iterate
+from rbcheck.reference.max_value_writer import MaxValueWriter
+from rbcheck.reference.memmap_storage import MemmapStorage, StorageFileError
 from rbcheck.reference.pinning import pin_sample, require_accelerator
 from rbcheck.reference.policy import NotCopyableError, make_target_params, place_policy
 from rbcheck.reference.prioritized_sampler import PrioritizedSampler
@@ -20,7 +22,7 @@ from rbcheck.reference.storage import TensorStorage
 from rbcheck.reference.sum_tree import MinTree, SumTree
 from rbcheck.reference.transforms import Compose, Transform
 from rbcheck.reference.without_replacement_sampler import WithoutReplacementSampler
-from rbcheck.reference.writer import RoundRobinWriter
+from rbcheck.reference.writer import ImmutableWriter, RoundRobinWriter, WriteRefusedError
 
 __all__ = [
     "ChainEnv", "CheckpointError", "Compose", "ConsumingSampler", "ConsumingWriter", "MinTree",
@@ -29,3 +31,4 @@ __all__ = [
     "WithoutReplacementSampler", "iterate", "load_checkpoint", "make_target_params", "pin_sample",
     "place_policy", "require_accelerator", "save_checkpoint",
 ]
+__all__ += ["ImmutableWriter", "MaxValueWriter", "MemmapStorage", "StorageFileError", "WriteRefusedError"]

@@ -9,6 +9,9 @@ Contract
 * ``sample(batch_size)`` returns ``(rows, info)``: the sampler picks slots, the rows are
   gathered (a copy), the transform runs, ``info`` gets each slot's write ``generation``, and the
   pin step ``pinning.pin_sample`` runs LAST when ``pin_memory=True``.
+* ``set(index, rows)`` (``buffer[index] = rows``) edits held rows in place and nothing else.
+  A writer may drop rows (slot -1 from ``extend``) or refuse writes (``writer.py``); a storage
+  that fails to write (``OSError``: ``memmap_storage.py``) leaves the writer where it was.
 * ``update_priority(index, priority, generation=None)`` ignores entries whose generation
   differs from the slot's current one (overwritten since sampled).
 * Every argument is checked BEFORE anything changes; errors read
@@ -82,9 +85,19 @@ class ReplayBuffer:
         self.storage.check(data)
         n, priority = data.batch_size[0], self.priority_of(data)
         self.prefetch.rewind(self)
-        index = self.writer.next_indices(n)
-        self.storage.set(index, data)
-        self.sampler.on_write(index, priority)
+        before = self.writer.state_dict() if getattr(self.storage, "on_disk", False) else None  # a copy
+        index = self.writer.place(data) if hasattr(self.writer, "place") else self.writer.next_indices(n)
+        kept = index >= 0  # -1: a row the writer drops (max_value_writer.py)
+        if not bool(kept.all()):
+            data, priority = data[kept], (None if priority is None else priority[kept])
+        try:
+            if bool(kept.any()):
+                self.storage.set(index[kept], data)
+        except OSError:  # a disk-backed storage could not write: nothing changed, the writer goes back
+            if before is not None:
+                self.writer.load_state_dict(before)
+            raise
+        self.sampler.on_write(index[kept], priority)
         return index
 
     def priority_of(self, data: TensorDictBase) -> torch.Tensor | None:
@@ -127,6 +140,22 @@ class ReplayBuffer:
     def __iter__(self):
         return iterate(self)
 
+    def set(self, index, rows: TensorDictBase) -> None:
+        """Edit in place: ``rows`` (batch ``[len(index)]``; one row for an int) replace the held
+        rows at ``index``, each below ``len(self)``. Nothing else changes (length, cursor, write
+        count, generations, priorities); the writer may refuse (``check_edit``)."""
+        if isinstance(index, int) and isinstance(rows, TensorDictBase) and rows.batch_dims == 0:
+            index, rows = [index], rows.unsqueeze(0)
+        index = check_index(index, len(self))
+        self.storage.check(rows)
+        if len(index) != rows.batch_size[0]:
+            raise ValueError(f"len(index)={len(index)}, but should be len(rows)={rows.batch_size[0]}")
+        if hasattr(self.writer, "check_edit"):
+            self.writer.check_edit(index, rows)
+        self.storage.set(index, rows)
+
+    __setitem__ = set
+
     def update_priority(self, index, priority, generation=None) -> None:
         """Set raw priorities of written slots; stale ``generation`` entries are ignored."""
         if not self.prioritized:
@@ -155,9 +184,9 @@ class ReplayBuffer:
             writer, storage, sampler = staged = [copy.copy(part) for part in live]  # loads rebind, never mutate
             writer.load_state_dict(state["writer"])
             size = writer.size if hasattr(writer, "size") else min(writer.write_count, self.capacity)
-            storage.load_state_dict(state["storage"], size)  # slots fill in order
             sampler.load_state_dict(state["sampler"])
             check_generator_state(state["generator"], self.generator.device)
+            storage.load_state_dict(state["storage"], size)  # last: a disk-backed one writes its files
         except (KeyError, TypeError, AttributeError, IndexError, OverflowError, RuntimeError) as error:
             raise ValueError(f"state={error!r}, but should be a complete, valid state_dict") from error
         for part, loaded in zip(live, staged, strict=True):

@@ -72,13 +72,18 @@ class TensorStorage:
         if len(index) != data.batch_size[0]:
             raise ValueError(f"len(index)={len(index)}, but should be len(data)={data.batch_size[0]}")
         if self.data is None:
-            self.data = TensorDict({}, batch_size=[self.capacity], device=self.device)
-            for key, value in columns(data).items():  # one zeroed column of capacity rows per key
-                self.data.set(key, torch.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype, device=self.device))
+            self.data = self._allocate(data)
         keep = last_occurrence(index, self.capacity)  # index_put with repeats is unordered
         rows = data if keep.all() else data[keep]
         self.data[index[keep].to(self.device)] = rows.to(self.device)
         self.size = max(self.size, int(index.max()) + 1)
+
+    def _allocate(self, data: TensorDictBase) -> TensorDictBase:
+        """One zeroed column of ``capacity`` rows per key of ``data`` (the first batch)."""
+        out = TensorDict({}, batch_size=[self.capacity], device=self.device)
+        for key, value in columns(data).items():
+            out.set(key, torch.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype, device=self.device))
+        return out
 
     def get(self, index) -> TensorDictBase:
         """A copy of the rows at ``index`` (each must be a valid row)."""

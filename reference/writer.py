@@ -10,6 +10,10 @@ Contract
   that remembers the generation of a sampled slot can tell whether it was overwritten since.
 * The state is the write count alone: cursor and generations follow from it
   (``ring_generation``), so a checkpoint cannot hold inconsistent ones.
+* ``place(data)`` is what the buffer calls: the slots of ``data``'s rows (``next_indices``);
+  ``check_edit(index, rows)`` accepts any in-place edit. ``ImmutableWriter`` refuses both with
+  ``WriteRefusedError`` before anything changes; its state is the write count, so a checkpoint
+  load or a reopened storage fills it (a read-only dataset).
 
 Cost: ``next_indices`` is O(n); memory O(capacity) for ``generation``.
 """
@@ -39,6 +43,13 @@ class RoundRobinWriter:
         self.cursor = self.write_count % self.capacity
         return index
 
+    def place(self, data) -> torch.Tensor:
+        """The slots of the rows of ``data`` (batch ``[n]``), in write order; advances."""
+        return self.next_indices(data.batch_size[0])
+
+    def check_edit(self, index: torch.Tensor, rows) -> None:
+        """An edit of held rows is allowed (ImmutableWriter: refused)."""
+
     def state_dict(self) -> dict:
         return {"write_count": self.write_count}
 
@@ -53,3 +64,19 @@ def ring_generation(slot: torch.Tensor, write_count: int, capacity: int) -> torc
     """The row number last written to each ``slot`` after ``write_count`` rows (-1: never)."""
     last = slot + (write_count - 1 - slot).div(capacity, rounding_mode="floor") * capacity
     return torch.where(slot < write_count, last, -1)
+
+
+class WriteRefusedError(RuntimeError):
+    """A write to a buffer whose writer takes none."""
+
+
+class ImmutableWriter(RoundRobinWriter):
+    """A round-robin writer's state that refuses every write and edit (see module doc)."""
+
+    def next_indices(self, n: int) -> torch.Tensor:
+        raise WriteRefusedError(f"a write of {n!r} rows, but should be none: the writer is immutable "
+                                f"(writer='immutable'); nothing was changed")
+
+    def check_edit(self, index: torch.Tensor, rows) -> None:
+        raise WriteRefusedError(f"an edit of slots {index[:5].tolist()}, but should be none: the writer is "
+                                f"immutable (writer='immutable'); nothing was changed")

@@ -30,7 +30,8 @@ from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec, Conventi
 
 #: Components a spec is built from; a variant may replace any of them.
 COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler",
-                   "WithoutReplacementSampler", "ConsumingSampler", "ConsumingWriter")
+                   "WithoutReplacementSampler", "ConsumingSampler", "ConsumingWriter",
+                   "MemmapStorage", "MaxValueWriter", "ImmutableWriter")
 
 
 def _reference_components() -> SimpleNamespace:
@@ -138,6 +139,15 @@ class ShapedBuffer:
     def iterate(self):
         return iter(self.buffer)
 
+    # edits and disk storages (issue 41)
+    def set(self, index, rows) -> None:
+        self.buffer.set(index, rows)
+
+    def close(self) -> None:
+        from rbcheck.reference.memmap_reopen import close_buffer
+
+        close_buffer(self.buffer)
+
     # checkpoints
     def save(self, path: Path) -> None:
         self.buffer.dumps(path)
@@ -148,7 +158,7 @@ class ShapedBuffer:
 
 def make_components(spec: BufferSpec, components: Any) -> tuple[Any, Any]:
     """``(storage, sampler)`` for ``spec`` from a namespace of component classes."""
-    storage = components.TensorStorage(spec.capacity, device=spec.device)
+    storage = make_storage(spec, components)
     if spec.sampler == "random":
         sampler = components.RandomSampler()
     elif spec.sampler == "prioritized":
@@ -170,6 +180,31 @@ def make_components(spec: BufferSpec, components: Any) -> tuple[Any, Any]:
             f"'without_replacement' or 'consuming'"
         )
     return storage, sampler
+
+
+def make_storage(spec: BufferSpec, components: Any) -> Any:
+    """The storage ``spec.storage`` names (issue 41): "memory", or "memmap" (files of
+    ``spec.scratch_dir``; ``spec.reopen``: the files a closed buffer left there)."""
+    if spec.reopen and spec.storage != "memmap":
+        raise ValueError(f"spec.reopen=True with storage={spec.storage!r}, but should be storage='memmap'")
+    if spec.storage == "memory":
+        return components.TensorStorage(spec.capacity, device=spec.device)
+    if spec.storage == "memmap":
+        if spec.scratch_dir is None:
+            raise ValueError("spec.scratch_dir=None, but should be a directory for storage='memmap'")
+        return components.MemmapStorage(spec.capacity, spec.scratch_dir, device=spec.device, reopen=spec.reopen)
+    raise ValueError(f"spec.storage={spec.storage!r}, but should be 'memory' or 'memmap'")
+
+
+def make_writer(spec: BufferSpec, components: Any) -> Any:
+    """The writer ``spec.writer`` names (issue 41); None: the buffer's own round-robin one."""
+    if spec.writer == "round_robin":
+        return None
+    if spec.writer == "max_value":
+        return components.MaxValueWriter(spec.capacity, spec.value_key)
+    if spec.writer == "immutable":
+        return components.ImmutableWriter(spec.capacity)
+    raise ValueError(f"spec.writer={spec.writer!r}, but should be 'round_robin', 'max_value' or 'immutable'")
 
 
 def patch_module_pin_step(module_name: str) -> Callable[[Callable], Any]:
@@ -258,7 +293,15 @@ def buffer_adapter(
             kwargs["writer"] = parts.ConsumingWriter(spec.capacity, sampler)
         if spec.prefetch:
             kwargs["prefetch"] = spec.prefetch
-        return ShapedBuffer(cls(spec.capacity, **kwargs), spec)
+        writer = make_writer(spec, parts)  # issue 41: storages and writers
+        if writer is not None:
+            kwargs["writer"] = writer
+        buffer = cls(spec.capacity, **kwargs)
+        if spec.reopen:
+            from rbcheck.reference.memmap_reopen import reopened
+
+            reopened(buffer)
+        return ShapedBuffer(buffer, spec)
 
     return Adapter(
         name=name,
@@ -316,6 +359,8 @@ __all__ = [
     "buffer_adapter",
     "cuda_unavailable_reason",
     "make_components",
+    "make_storage",
+    "make_writer",
     "patch_module_pin_step",
     "project_version",
     "reference_adapter",

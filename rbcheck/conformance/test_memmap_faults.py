@@ -1,0 +1,181 @@
+"""A disk-backed storage's faults are clear errors that change nothing (exact).
+
+Under a buffer on ``storage="memmap"``: one of its files removed or truncated
+(by another process, a cleanup job), its directory without write permission,
+or the disk full (simulated: a file-size limit on this process, so no file
+may grow). The next write raises an error naming the file or the directory,
+and the buffer's length, cursor, write count and (when it can still read
+them) contents are as they were; no entry outside the declared directory,
+nor any of the user's files, is touched. Where the fault can be lifted (the
+permission, the limit) the buffer then takes the same write as a new one.
+Where this machine cannot make a fault (root ignores permission bits), the
+property is skipped with that reason, never passed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rbcheck.harness.assertions import Trace, assert_same, assert_td_equal, fail
+from rbcheck.harness.disk_checks import (
+    USER_FILES,
+    bookkeeping,
+    disk_full_reason,
+    entries,
+    file_size_limit,
+    permission_bits_stop_writes,
+    touched,
+    user_files,
+)
+from rbcheck.harness.protocol import BufferSpec
+from rbcheck.harness.strategies import Field, Layout
+
+pytestmark = pytest.mark.requires("memmap")
+SCRATCH = "scratch"
+LAYOUT = Layout((Field(("obs",), (3,), "float32"), Field(("next", "done"), (), "bool")))
+#: Rows of 16 KiB: a 16-row storage needs 256 KiB in one file, four times the limit.
+BIG = Layout((Field(("obs",), (4096,), "float32"),))
+LIMIT = 64 * 1024
+
+
+def refused(buf, what: str, call, names: list[str], trace) -> None:
+    """``call()`` must raise an error whose message names one of ``names``."""
+    trace.op(f"{what}  # refused")
+    try:
+        call()
+    except Exception as err:  # noqa: BLE001 - the error is checked below
+        message = f"{type(err).__name__}: {err}"
+        if not any(name in message for name in names):
+            fail(f"error of {what}", f"<{message[:300]}>", f"an error naming one of {names}", trace)
+    else:
+        fail(what, "<returned>", "an error: the storage's disk is faulty", trace)
+
+
+def storage_files(root, user) -> list:
+    """The files the buffer made in its directory (not the user's)."""
+    return sorted(p for p in (root / SCRATCH).rglob("*") if p.is_file() and p.relative_to(root / SCRATCH).as_posix()
+                  not in user)
+
+
+@given(data=st.data())
+@pytest.mark.parametrize("fault", ["file_removed", "file_truncated"])
+def test_a_file_removed_or_truncated_under_the_storage_is_a_clear_error(impl, fault, tmp_path_factory, data):
+    """exact: after drawn writes, one of the storage's files (drawn) removed
+    or truncated to half its size (at least 1 byte: the files here fit in one
+    page, so a storage that reads on does not crash the run) makes the next write (extend, add, or an
+    edit with "edit") raise an error naming the file or the directory; len,
+    cursor and write count stay; contents, if still readable, are as before;
+    nothing outside the directory nor any of the user's files is touched."""
+    root = tmp_path_factory.mktemp("fault")
+    capacity = data.draw(st.integers(1, 6), label="capacity")
+    spec = BufferSpec(capacity=capacity, seed=3, layout=LAYOUT.spec_layout(), storage="memmap",
+                      scratch_dir=str(root / SCRATCH))
+    user_files(root)
+    user_files(root / SCRATCH)
+    snapshot = entries(root)  # the user's
+    trace = Trace(impl, spec)
+    trace.let("layout", LAYOUT)
+    buf = impl.make(spec)
+    n = data.draw(st.integers(1, 2 * capacity), label="rows written first")
+    trace.op(f"buf.extend(layout.batch(0, {n}))")
+    buf.extend(LAYOUT.batch(0, n))
+    files = [f for f in storage_files(root, USER_FILES) if fault == "file_removed" or f.stat().st_size >= 2]
+    if not files:
+        fail(f"files in {spec.scratch_dir!r} after a write", "<none>", "the storage's files", trace)
+    victim = data.draw(st.sampled_from(files), label="file")
+    before, contents = bookkeeping(buf), buf.contents()
+    if fault == "file_removed":
+        victim.unlink()
+        trace.op(f"import os; os.unlink({str(victim)!r})")
+    else:
+        os.truncate(victim, max(1, victim.stat().st_size // 2))  # one page stays backed: no SIGBUS
+        trace.op(f"import os; os.truncate({str(victim)!r}, {victim.stat().st_size})")
+    kind = data.draw(st.sampled_from(["extend", "add", "edit"] if impl.has("edit") else ["extend", "add"]),
+                     label="next write")
+    calls = {"extend": ("buf.extend(layout.batch(100, 2))", lambda: buf.extend(LAYOUT.batch(100, 2))),
+             "add": ("buf.add(layout.row(100))", lambda: buf.add(LAYOUT.row(100))),
+             "edit": ("buf.set([0], layout.batch(100, 1))", lambda: buf.set([0], LAYOUT.batch(100, 1)))}
+    what, call = calls[kind]
+    refused(buf, what, call, [victim.name, str(root / SCRATCH)], trace)
+    assert_same(f"(len, cursor, write_count) after the refused {kind}", bookkeeping(buf), before, trace)
+    try:
+        now = buf.contents()
+    except Exception:  # noqa: BLE001 - refusing to read a faulty file is allowed
+        now = None
+    if now is not None:
+        assert_td_equal(f"buf.contents() after the refused {kind}", now, contents, trace, check_device=False)
+    changed = touched(snapshot, entries(root), SCRATCH)
+    if changed:
+        fail("entries touched outside the scratch directory or of the user's", changed, "none", trace)
+
+
+def check_fault_then_retry(impl, root, spec, layout, make_fault, lift_fault, trace, under: str = "") -> None:
+    """Under ``make_fault`` the first write raises naming the directory and changes
+    nothing; once lifted the same write gives the rows. ``under``: the snippet's
+    ``with ...:`` around the refused write."""
+    user_files(root)
+    before_entries = entries(root)
+    (root / SCRATCH).mkdir()
+    buf = impl.make(spec)
+    make_fault()
+    try:
+        refused(buf, f"{under}buf.extend(layout.batch(0, {spec.capacity}))",
+                lambda: buf.extend(layout.batch(0, spec.capacity)), [str(root / SCRATCH), SCRATCH], trace)
+        assert_same("(len, cursor, write_count) after the refused write", bookkeeping(buf), (0, 0, 0), trace)
+    finally:
+        lift_fault()
+    trace.op(f"buf.extend(layout.batch(0, {spec.capacity}))  # the fault lifted")
+    buf.extend(layout.batch(0, spec.capacity))
+    assert_td_equal("buf.contents() once the fault is lifted", buf.contents(), layout.batch(0, spec.capacity),
+                    trace, check_device=False)
+    changed = touched(before_entries, entries(root), SCRATCH)
+    if changed:
+        fail("entries touched outside the scratch directory or of the user's", changed, "none", trace)
+
+
+def test_a_directory_without_write_permission_is_a_clear_error(impl, tmp_path):
+    """exact: a buffer whose scratch directory has no write permission refuses
+    its first write with an error naming the directory, and holds nothing;
+    with the permission back, the same write gives the rows. Skipped, saying
+    why, where permission bits do not stop this process (root)."""
+    reason = permission_bits_stop_writes(tmp_path)
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path / "readonly"
+    spec = BufferSpec(capacity=4, seed=3, layout=LAYOUT.spec_layout(), storage="memmap",
+                      scratch_dir=str(root / SCRATCH))
+    trace = Trace(impl, spec)
+    trace.let("layout", LAYOUT)
+    scratch = root / SCRATCH
+    trace.op(f"import os; os.chmod({str(scratch)!r}, 0o500)")
+
+    def lift() -> None:
+        scratch.chmod(stat.S_IRWXU)
+        trace.op(f"os.chmod({str(scratch)!r}, 0o700)")
+
+    check_fault_then_retry(impl, root, spec, LAYOUT, lambda: scratch.chmod(stat.S_IRUSR | stat.S_IXUSR),
+                           lift, trace)
+
+
+def test_a_full_disk_is_a_clear_error(impl, tmp_path):
+    """exact: with no file allowed past 64 KiB (RLIMIT_FSIZE: a full disk for
+    this process) a buffer whose first write needs 256 KiB refuses it with an
+    error naming the directory, and holds nothing; with the limit lifted, the
+    same write gives the rows."""
+    reason = disk_full_reason()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path / "full"
+    spec = BufferSpec(capacity=16, seed=3, layout=BIG.spec_layout(), storage="memmap",
+                      scratch_dir=str(root / SCRATCH))
+    trace = Trace(impl, spec)
+    trace.let("layout", BIG)
+    trace.need("from rbcheck.harness.disk_checks import file_size_limit")
+    limit = file_size_limit(LIMIT)
+    check_fault_then_retry(impl, root, spec, BIG, limit.__enter__, lambda: limit.__exit__(None, None, None), trace,
+                           under=f"with file_size_limit({LIMIT}): ")

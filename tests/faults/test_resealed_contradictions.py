@@ -137,3 +137,30 @@ def test_consistent_states_still_load_exactly(name, corner, tmp_path):
     loaded = target(impl, spec)
     loaded.load(tmp_path / "ckpt")
     assert same(cpu(loaded.buffer.state_dict()), cpu(buf.buffer.state_dict()))
+
+
+def test_a_leaf_a_few_ulp_above_the_max_priority_still_loads(tmp_path):
+    """Control of the max-priority check's slack: the leaf of the row holding
+    the max priority, a few ulp above its transform on this CPU (as float64
+    ``pow`` on a GPU may give), loads exactly; one a part in a billion above
+    is refused, naming ``max_priority``."""
+    impl = adapter("reference")
+    buf = source(impl)
+    slot = int(torch.argmax(buf.buffer.sampler.sum_tree.leaf(torch.arange(8))))
+
+    def nudge(by):
+        def edit(state, tensors):
+            leaves = tensors[state["sampler"]["sum_tree"]["leaves"]["tensor"]]
+            leaves[slot] = by(leaves[slot])
+        return edit
+
+    up = torch.tensor(float("inf"), dtype=torch.float64)
+    buf.save(tmp_path / "ulp")
+    assert reseal(tmp_path / "ulp", nudge(lambda v: torch.nextafter(torch.nextafter(v, up), up)))
+    loaded = target(impl)
+    loaded.load(tmp_path / "ulp")
+    assert loaded.buffer.sampler.sum_tree.leaf(torch.tensor([slot])) > buf.buffer.sampler.sum_tree.leaf(
+        torch.tensor([slot]))
+    buf.save(tmp_path / "far")
+    assert reseal(tmp_path / "far", nudge(lambda v: v * (1 + 1e-9)))
+    refused(impl, tmp_path / "far", "max_priority")

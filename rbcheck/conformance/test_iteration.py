@@ -152,7 +152,8 @@ def test_prefetch_gives_the_stream_without_prefetch(impl, data):
                 slot = data.draw(st.integers(0, len(twin) - 1), label="slot updated")
                 value = data.draw(st.sampled_from([0.5, 2.0, 8.0]), label="priority")
                 priority = impl.conventions.priorities([value])
-                trace.op(f"buf.update_priority(torch.tensor([{slot}]), {priority!r}); twin.update_priority(...)")
+                args = f"torch.tensor([{slot}]), torch.tensor([{value}], dtype={priority.dtype})"
+                trace.op(f"buf.update_priority({args}); twin.update_priority({args})")
                 buf.update_priority(torch.tensor([slot]), priority)
                 twin.update_priority(torch.tensor([slot]), priority)
             else:

@@ -64,6 +64,8 @@ def check_meaning(state, buffer) -> None:
     if not (isinstance(leaves, torch.Tensor) and leaves.dtype == torch.float64 and leaves.dim() == 1):
         return  # no sum tree, or one load_state_dict refuses
     leaves = leaves.cpu()
+    if not bool((torch.isfinite(leaves) & (leaves >= 0)).all()):
+        return  # SumTree.load_state_dict names them
     if count is not None and not hasattr(buffer.writer, "size"):  # a plain ring (module doc)
         _held_rows_against_leaves(count, leaves)
     _max_priority_against_leaves(sampler, leaves)

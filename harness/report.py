@@ -69,7 +69,17 @@ CELL_WIDTH_TEXT = 48
 
 
 def is_third_party(name: str) -> bool:
-    return name in THIRD_PARTY or ":" in name
+    """A built-in adapter of another library's buffer (a user's own
+    ``pkg.module:factory`` is neither rbcheck's nor a third party's)."""
+    return name in THIRD_PARTY
+
+
+def kind_of(name: str) -> str:
+    """``"first party"`` (rbcheck's own built-ins), ``"third party"`` (the
+    built-in adapters of other libraries) or ``"user"`` (``pkg.module:factory``)."""
+    if name in BUILTIN:
+        return "third party" if name in THIRD_PARTY else "first party"
+    return "user"
 
 
 def row_id(nodeid: str) -> str:
@@ -138,6 +148,7 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
             "why": result.why,
             "version": result.version,
             "third_party": is_third_party(result.name),
+            "kind": kind_of(result.name),
             "capabilities": result.capabilities,
             "unavailable": result.unavailable,
             "conventions": result.conventions,
@@ -218,7 +229,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             summary = f"{info['status']} ({info['why']})"
         else:
             summary = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
-        kind = " (third party)" if info["third_party"] else ""
+        kind = {"third party": " (third party)", "user": " (yours)"}.get(info.get("kind", ""), "")
         lines.append(f"| {name}{kind} | {_md_escape(info['version'])} | {_md_escape(summary)} "
                      f"| {run_time_text(info)} | {_md_escape(settings_text(info))} |")
     lines += ["", "| property | " + " | ".join(order) + " |", "|---" * (len(order) + 1) + "|"]
@@ -415,6 +426,20 @@ def merge(directory: Path, names: Iterable[str] | None = None) -> list[ImplResul
             for name in wanted]
 
 
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to a new file beside ``path`` and rename it over
+    ``path``: a link at ``path`` is replaced, never followed, so nothing
+    outside the report's directory is written; a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def conclude(results: list[ImplResult], *, informational: set[str] = frozenset(), out: Path | None = None,
              report: dict[str, Any] | None = None, must_load: Iterable[str] = ()) -> int:
     """Print the report and the verdict (``rbcheck.harness.verdict``) of
@@ -423,14 +448,17 @@ def conclude(results: list[ImplResult], *, informational: set[str] = frozenset()
     this module's ``main``, so both give the same verdict."""
     from rbcheck.harness.verdict import decide, explain
 
+    from rbcheck.harness.verdict import as_json
+
     report = build(results) if report is None else report
+    decision = decide(results, informational, must_load=must_load)
+    report["verdict"] = as_json(decision)
     print(render_text(report))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "conformance.md").write_text(render_markdown(report) + "\n")
-        (out / "conformance.json").write_text(json.dumps(report, indent=2) + "\n")
+        replace_file(out / "conformance.md", render_markdown(report) + "\n")
+        replace_file(out / "conformance.json", json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {out / 'conformance.md'} and {out / 'conformance.json'}")
-    decision = decide(results, informational, must_load=must_load)
     stdout, stderr = explain(decision, {r.name: r.output for r in results})
     if stderr:
         print(stderr, file=sys.stderr, flush=True)

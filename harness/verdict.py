@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rbcheck.harness.outcomes import cell_text
+from rbcheck.harness.outcomes import TRIED, cell_text
 
 PASSED, FAILED, ABORTED = 0, 1, 2
 
@@ -58,6 +58,7 @@ class Verdict:
     reasons: tuple[str, ...] = ()
     unavailable: bool = False
     not_run: tuple[int, int] = (0, 0)  # (tests unavailable, tests selected): said in the summary line
+    coverage: str = ""  # "6 of 152 tests ran; 146 skipped (...)": said in the closing line
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,34 @@ def judge(result: Any, *, strict: bool = True) -> Verdict:
                            f"remove the entry, or name only the tests that fail")
     code = ABORTED if aborted else FAILED if reasons else PASSED
     missing = sum(t["outcome"] == "unavailable" for t in result.tests)
-    return Verdict(name, code, tuple(reasons), not_run=(missing, len(result.tests)))
+    return Verdict(name, code, tuple(reasons), not_run=(missing, len(result.tests)),
+                   coverage=coverage_text(result.tests))
+
+
+def ran_count(tests: list[dict[str, Any]]) -> int:
+    """How many tests ran and were judged on what the buffer did (pass,
+    fail, error, a known failure, XPASS): not the skipped or unavailable."""
+    return sum(t["outcome"] in TRIED for t in tests)
+
+
+def coverage_text(tests: list[dict[str, Any]]) -> str:
+    """``"6 of 152 tests ran; 146 skipped (140 not declared: prioritized,
+    slice; 6 convention); 2 unavailable"``: a pass is only as wide as what ran."""
+    text = f"{ran_count(tests)} of {len(tests)} tests ran"
+    skips = [str(t.get("message", "")) for t in tests if t["outcome"] == "skip"]
+    if skips:
+        kinds: dict[str, int] = {}
+        for message in skips:
+            kind = message.split(":", 1)[0].strip() if ":" in message else "other"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        undeclared = sorted({m.split(":", 1)[1].strip() for m in skips if m.startswith("not declared:")})
+        said = [f"{n} {kind}" + (f": {', '.join(undeclared)}" if kind == "not declared" else "")
+                for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))]
+        text += f"; {len(skips)} skipped ({'; '.join(said)})"
+    missing = sum(t["outcome"] == "unavailable" for t in tests)
+    if missing:
+        text += f"; {missing} unavailable: see the reasons above"
+    return text
 
 
 def decide(results: Iterable[Any], informational: Iterable[str] = (), *, strict: bool = True,
@@ -153,9 +181,26 @@ def explain(decision: Decision, outputs: dict[str, str] | None = None) -> tuple[
                 else "failed (exit 1)")
         err.append(f"\n{head}: {len(decision.problems)} problem(s):")
         err += [f"  {problem}" for problem in decision.problems]
-    out = "" if decision.code else f"\nno problems in {', '.join(decision.gated) or '(none gated)'}"
-    gaps = [f"{v.name}: {v.not_run[0]} of {v.not_run[1]} tests unavailable" for v in decision.verdicts
-            if v.name in decision.gated and v.not_run[0]]
-    if out and gaps:  # a pass is only as wide as what ran: say what did not
-        out += f" ({'; '.join(gaps)}: see the reasons above)"
+    # a pass is only as wide as what ran: the closing line says how much did, and what did not
+    gated = [f"{v.name} ({v.coverage})" for v in decision.verdicts if v.name in decision.gated]
+    out = "" if decision.code else f"\nno problems in {', '.join(gated) or '(none gated)'}"
     return out, "\n".join(err)
+
+
+#: The verdict's word for each exit status.
+MEANING = {PASSED: "passed", FAILED: "failed", ABORTED: "did not complete"}
+
+
+def as_json(decision: Decision) -> dict[str, Any]:
+    """The decision as the report's JSON carries it: the verdict, the exit
+    status, the problems and notes, and how many tests of each implementation ran."""
+    return {
+        "verdict": MEANING[decision.code],
+        "exit_status": decision.code,
+        "problems": list(decision.problems),
+        "notes": list(decision.notes),
+        "gated": list(decision.gated),
+        "ran": {v.name: {"ran": int(v.coverage.split(" of ", 1)[0]) if v.coverage else 0, "tests": v.not_run[1]}
+                for v in decision.verdicts},
+        "coverage": {v.name: v.coverage for v in decision.verdicts},
+    }

@@ -107,7 +107,7 @@ def test_a_pass_says_how_many_tests_were_unavailable():
     from rbcheck.harness.verdict import explain
 
     out, _ = explain(decide([ran(GOOD, name="triton"), ran(GOOD[:1], name="reference")]))
-    assert out.strip() == ("no problems in triton, reference "
-                           "(triton: 1 of 4 tests unavailable: see the reasons above)")
+    assert out.strip() == ("no problems in triton (2 of 4 tests ran; 1 skipped (1 not declared: slice); "
+                           "1 unavailable: see the reasons above), reference (1 of 1 tests ran)")
     out, _ = explain(decide([ran(GOOD[:1], name="reference")]))
-    assert out.strip() == "no problems in reference"
+    assert out.strip() == "no problems in reference (1 of 1 tests ran)"

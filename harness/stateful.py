@@ -54,8 +54,17 @@ from rbcheck.harness.assertions import (
 )
 from rbcheck.harness.oracle import PriorityOracle, model_spec
 from rbcheck.harness.protocol import Adapter, Conventions
-from rbcheck.harness.strategies import layouts, priorities, specs
+from rbcheck.harness.strategies import (
+    capacities,
+    layouts,
+    priorities,
+    scale_limit,
+    specs,
+    training_batch_sizes,
+)
 
+#: priorities drawn per update of a sample; a longer sample repeats them along it
+TILE = 16
 #: fixed uniforms used to compare index mapping when "shared_rng" is declared
 PROBE_UNIFORMS = torch.tensor(
     [0.0, 1e-12, 0.1, 0.25, 0.3333, 0.5, 0.6180339887, 0.75, 0.9, 0.999999, 1 - 2**-53],
@@ -77,7 +86,11 @@ def make_state_machine(
     with_generations = prioritized and impl.has("stale_updates")
     can_save = impl.has("save_load")
     shared_rng = impl.has("shared_rng")
-    spec_strategy = specs(samplers, capacity=st.integers(1, max_capacity), conventions=conventions)
+    # rings of a real run (up to 2**16 slots) beside the small ones that wrap
+    spec_strategy = specs(samplers, capacity=capacities(1, max_capacity, large=True), conventions=conventions)
+    # batches from one row to a training loop's thousands (or the adapter's cost hint)
+    hint = scale_limit(impl, "sample_batch")
+    sample_sizes = training_batch_sizes(hint[0] if hint else 4096)
 
     class BufferMatchesModel(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -149,7 +162,7 @@ def make_state_machine(
             return self.oracle is None or bool((self.oracle.leaves() > 0).any())
 
         @precondition(lambda self: self._can_sample())
-        @rule(batch_size=st.integers(1, 8))
+        @rule(batch_size=sample_sizes)
         def sample(self, batch_size: int) -> None:
             self._do(f"rows, info = buf.sample({batch_size})")
             rows, info = self.sut.sample(batch_size)
@@ -198,11 +211,10 @@ def make_state_machine(
         def update_sampled(self, data, with_generation: bool) -> None:
             which = data.draw(st.integers(0, len(self.samples) - 1), label="which sample")
             index, generation, serials = self.samples[which]
-            raw = data.draw(
-                st.lists(priorities(conventions=conventions), min_size=len(index), max_size=len(index)),
-                label="priorities"
-            )
-            raw = conventions.priorities(raw)
+            k = min(len(index), TILE)  # a long sample's priorities: k drawn, repeated along it
+            raw = data.draw(st.lists(priorities(conventions=conventions), min_size=k, max_size=k),
+                            label="priorities")
+            raw = conventions.priorities((raw * -(-len(index) // k))[:len(index)])
             use_gen = with_generation and with_generations and generation is not None
             gen_text = f", generation=torch.tensor({generation.tolist()})" if use_gen else ""
             self._do(

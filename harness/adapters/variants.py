@@ -15,6 +15,7 @@ needs the ``cuda`` capability, reported unavailable without a GPU).
 from __future__ import annotations
 
 import functools
+import os
 from types import SimpleNamespace
 
 from rbcheck.harness.adapters.reference import buffer_adapter, project_version
@@ -59,9 +60,23 @@ def triton():
     if triton_tree.UNAVAILABLE is not None:
         unavailable = {cap: f"triton does not import ({triton_tree.UNAVAILABLE})"
                        for cap in CAPABILITIES}
-    return buffer_adapter("triton", project_version(), _buffer_cls, CAPABILITIES,
-                          components=lambda: _components("triton"), unavailable=unavailable,
-                          pin_module="rbcheck.reference.pinning")
+    adapter = buffer_adapter("triton", project_version(), _buffer_cls, CAPABILITIES,
+                             components=lambda: _components("triton"), unavailable=unavailable,
+                             pin_module="rbcheck.reference.pinning")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        adapter.scale_limits = INTERPRETED_SCALE_LIMITS  # cost hints (harness.strategies.scale_limit)
+    return adapter
+
+
+#: Cost hints of the triton variant when its kernels run in Triton's
+#: interpreter (no CUDA): a prioritized sample call costs ~30-70 ms there, a
+#: batch of 4096 ~0.5-0.9 s, and filling a tree of 2**16 leaves ~50 s. The
+#: properties run their large cases smaller or skip them, saying why.
+INTERPRETED_SCALE_LIMITS = {
+    "prioritized_fill": (4097, "Triton's interpreter: writing and updating 2**16 leaves takes ~50 s"),
+    "prioritized_sample_calls": (40, "Triton's interpreter: a prioritized sample call costs ~30-70 ms"),
+    "sample_batch": (256, "Triton's interpreter: a prioritized sample of 4096 rows costs ~0.5-0.9 s"),
+}
 
 
 __all__ = ["CAPABILITIES", "device", "triton"]

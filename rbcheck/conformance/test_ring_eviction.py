@@ -10,7 +10,7 @@ import gc
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rbcheck.harness.assertions import (
@@ -21,7 +21,15 @@ from rbcheck.harness.assertions import (
     fail,
 )
 from rbcheck.harness.protocol import BufferSpec
-from rbcheck.harness.strategies import Field, Layout, capacities, layouts, operations, specs
+from rbcheck.harness.strategies import (
+    Field,
+    Layout,
+    capacities,
+    layouts,
+    operations,
+    specs,
+    training_batch_sizes,
+)
 
 
 @given(data=st.data())
@@ -30,10 +38,12 @@ def test_ring_eviction_matches_reference_and_closed_form(impl, reference_impl, d
     capacity), cursor == write_count % capacity, the slots returned are the
     next ones round the ring, and contents equal both the reference's and
     the closed form (slot s holds the last row id written with id % capacity
-    == s), bit-identical."""
-    spec = data.draw(specs(("random",), capacity=capacities(1, 12)), label="spec")
+    == s), bit-identical. Capacities from 1 to 2**16 (4097, 40000 and
+    2**16 beside the small ones), samples of 1 to 4096 rows."""
+    spec = data.draw(specs(("random",), capacity=capacities(1, 12, large=True)), label="spec")
     layout = data.draw(layouts(), label="layout")
-    ops = data.draw(operations(spec.capacity, max_ops=14), label="operations")
+    ops = data.draw(operations(spec.capacity, max_ops=14, sample_sizes=training_batch_sizes()),
+                    label="operations")
     trace = Trace(impl, spec)
     trace.let("layout", layout)
     buf, ref = impl.make(spec), reference_impl.make(spec)
@@ -91,12 +101,17 @@ def _size(name: str, cap: int) -> int:
 @given(capacity=st.integers(1, 9),
        sizes=st.lists(RING_SIZES, min_size=1, max_size=5, unique=False),
        empty_first=st.booleans())
+@example(capacity=40000, sizes=["cap-1", "cap+1"], empty_first=False)  # past slot 2**15, not a power of 2
+@example(capacity=2**16, sizes=["cap+1", "1"], empty_first=True)
+@example(capacity=4097, sizes=["2cap+1", "cap"], empty_first=False)
 def test_ring_keeps_the_last_capacity_rows_for_any_batch_size(impl, capacity, sizes, empty_first):
     """exact: after extends of 1, capacity - 1, capacity, capacity + 1, 2 x
     capacity, more than 2 x capacity rows (in any order) the buffer holds
     exactly the last ``capacity`` rows written, slot s the newest row with
     id % capacity == s; len, cursor and write count follow; an empty batch
-    is refused or ignored, and changes nothing."""
+    is refused or ignored, and changes nothing. Capacities from 1 to 2**16:
+    small ones drawn, and 4097, 40000 and 2**16 as fixed examples (rings of
+    a real run, past slot 2**15)."""
     spec = BufferSpec(capacity=capacity, sampler="random", seed=3, layout=LAYOUT.spec_layout())
     trace = Trace(impl, spec)
     trace.let("layout", LAYOUT)

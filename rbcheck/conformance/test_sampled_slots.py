@@ -26,7 +26,7 @@ from rbcheck.harness.assertions import (
 )
 from rbcheck.harness.oracle import start_prioritized
 from rbcheck.harness.protocol import BufferSpec
-from rbcheck.harness.strategies import Field, Layout
+from rbcheck.harness.strategies import Field, Layout, scale_limit, training_batch_sizes
 
 #: probability that one distributional case fails on a correct implementation
 FALSE_ALARM = 1e-4
@@ -84,13 +84,17 @@ def test_sampled_slots_are_live_and_weights_belong_to_them(impl, setup, data):
     from one row to exactly full (cursor back at 0) to wrapped, after rounds
     of updates with priorities from 0 to 1e6, every sampled slot is in
     [0, len), its row is the stored row, its weight equals the closed form for
-    THAT slot (over the declared normaliser; on the index's device), also in
-    a batch of 2**16 draws; with shared randomness the extreme uniforms
+    THAT slot (over the declared normaliser; on the index's device), in
+    batches of 1 to 4096 draws (a training loop's 32..256 among them; an
+    adapter's cost hint ``sample_batch`` may bound them) and in a batch of
+    2**16 draws; with shared randomness the extreme uniforms
     (0, 1 - 2**-53, ...) map to live slots too."""
     capacity, chunk, alpha, seed = setup
     spec = BufferSpec(capacity=capacity, sampler="prioritized", alpha=alpha, beta=0.6, eps=1e-6,
                       seed=seed, layout=LAYOUT.spec_layout())
     conv = impl.conventions
+    hint = scale_limit(impl, "sample_batch")  # an adapter's cost hint bounds the drawn batches
+    batch = training_batch_sizes(hint[0] if hint else 4096)
     trace, buf, oracle = start_prioritized(impl, spec, LAYOUT)
     written = 0
     for stage in range(data.draw(st.integers(2, 4), label="stages")):
@@ -103,10 +107,12 @@ def test_sampled_slots_are_live_and_weights_belong_to_them(impl, setup, data):
         for _ in range(data.draw(st.integers(0, 3), label=f"update rounds {stage}")):
             if not bool((oracle.leaves() > 0).any()):
                 break
-            rows, info = _sample(buf, 8, trace, when)
-            _check_batch(buf, rows, info, 8, oracle, trace, when, impl)
+            k = data.draw(batch, label="batch size")
+            rows, info = _sample(buf, k, trace, when)
+            _check_batch(buf, rows, info, k, oracle, trace, when, impl)
             wide = [w for w in WIDE if conv.admits(w)]  # no 0 for a buffer that refuses it
             raw = data.draw(st.lists(st.sampled_from(wide), min_size=8, max_size=8), label="priorities")
+            raw = (raw * -(-k // 8))[:k]  # a batch of k: the 8 drawn, repeated along it
             index = info["index"].cpu()
             trace.op(f"buf.update_priority(torch.tensor({index.tolist()}), "
                      f"torch.tensor({raw}, dtype={conv.priority_dtype}))")
@@ -114,8 +120,9 @@ def test_sampled_slots_are_live_and_weights_belong_to_them(impl, setup, data):
             oracle.update(index, raw)
         if not bool((oracle.leaves() > 0).any()):
             continue
-        rows, info = _sample(buf, 8, trace, when)
-        _check_batch(buf, rows, info, 8, oracle, trace, when, impl)
+        k = data.draw(batch, label="batch size")
+        rows, info = _sample(buf, k, trace, when)
+        _check_batch(buf, rows, info, k, oracle, trace, when, impl)
         if impl.has("shared_rng"):
             u = torch.tensor(EXTREME_UNIFORMS, dtype=torch.float64)
             trace.op(f"buf.indices_from_uniforms(torch.tensor({EXTREME_UNIFORMS}, dtype=torch.float64))")

@@ -24,6 +24,8 @@ independent one for independence within a batch).
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given
@@ -46,10 +48,12 @@ from rbcheck.harness.strategies import (
     EpisodeLayout,
     Field,
     Layout,
+    batch_schedule,
     layouts,
     operations,
     param_values,
     priorities,
+    scale_limit,
     specs,
 )
 
@@ -74,15 +78,48 @@ def live_index(index, size: int, trace: Trace, what: str = "info['index']") -> t
     return index
 
 
+#: How the DRAWS draws of a distributional case are taken: a few calls of
+#: thousands, as a check usually does, and as a training loop takes them:
+#: many calls of 32..256 rows (seeded), and calls of 32 (a bias of one draw
+#: per call, lost in a call of thousands, is ~1/32 of every call there).
+SCHEDULES = {
+    "calls-of-5000": (5_000,) * (DRAWS // 5_000),
+    "calls-of-32-to-256": batch_schedule(DRAWS, 32, 256, seed=1),
+    "calls-of-32": batch_schedule(DRAWS, 32, 32),
+}
+
+
+def limited_schedule(impl, schedule: str, scale: str = "prioritized_sample_calls") -> tuple[int, ...]:
+    """The calls of ``SCHEDULES[schedule]``, cut to the adapter's cost hint
+    for ``scale`` (if it gives one) with a warning that says so: fewer draws,
+    the same false-alarm rate."""
+    sizes = SCHEDULES[schedule]
+    hint = scale_limit(impl, scale)
+    if hint is not None and hint[0] < len(sizes):
+        limit, why = hint
+        warnings.warn(f"{schedule}: {limit} of {len(sizes)} calls ({sum(sizes[:limit])} of {sum(sizes)} "
+                      f"draws), by {impl.name}'s cost hint {scale}={limit}: {why}", stacklevel=2)
+        sizes = sizes[:limit]
+    return sizes
+
+
 def _draw_counts(
-    buf, size: int, trace: Trace, draws: int = DRAWS, batch: int = 5_000
+    buf, size: int, trace: Trace, draws: int = DRAWS, batch: int = 5_000,
+    schedule: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
-    """Counts per held slot of ``draws`` draws; every index checked live first."""
+    """Counts per held slot of ``draws`` draws in calls of ``batch`` (or in
+    calls of the sizes of ``schedule``); every index checked live first."""
     counts = torch.zeros(size, dtype=torch.float64)
-    for _ in range(draws // batch):
-        trace.op(f"rows, info = buf.sample({batch})")
-        _, info = buf.sample(batch)
+    sizes = schedule if schedule is not None else (batch,) * (draws // batch)
+    if len(set(sizes)) == 1:
+        trace.op(f"for _ in range({len(sizes)}): rows, info = buf.sample({sizes[0]})")
+    else:
+        trace.op(f"for b in {list(sizes)}: rows, info = buf.sample(b)")
+    for b in sizes:
+        _, info = buf.sample(b)
         index = live_index(info["index"], size, trace)
+        if index.numel() != b:
+            fail(f"len(info['index']) of buf.sample({b})", index.numel(), b, trace)
         counts += torch.bincount(index, minlength=size).to(torch.float64)
     return counts
 
@@ -103,11 +140,14 @@ def _draw_table(buf, size: int, batch: int, trace: Trace, draws: int = DRAWS) ->
 
 
 @pytest.mark.requires("random")
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
 @pytest.mark.parametrize("capacity,written", [(1, 3), (7, 5), (10, 23), (33, 33)])
-def test_uniform_sampling_matches_closed_form(impl, capacity, written):
+def test_uniform_sampling_matches_closed_form(impl, capacity, written, schedule):
     """distributional (chi-square, false-alarm rate 1e-4): each stored row is
     drawn with probability 1 / len(buf); slots never written are never drawn
-    (exact: every index is checked to be a held slot before counting). With
+    (exact: every index is checked to be a held slot before counting). The
+    20000 draws are taken in calls of 5000, and as a training loop takes
+    them: in calls of 32..256 rows and in calls of 32. With
     one held slot (capacity 1) there is nothing to compare frequencies of:
     the case checks, exactly, that every draw is that slot."""
     spec = BufferSpec(capacity=capacity, sampler="random", seed=12345 + capacity)
@@ -121,9 +161,9 @@ def test_uniform_sampling_matches_closed_form(impl, capacity, written):
         buf.extend(LAYOUT.batch(done, n))
         done += n
     size = min(capacity, written)
-    counts = _draw_counts(buf, size, trace)
+    counts = _draw_counts(buf, size, trace, schedule=limited_schedule(impl, schedule, "sample_calls"))
     if size == 1:  # one cell: the live-slot check above was the whole test
-        assert_same("draws of slot 0", int(counts[0]), DRAWS, trace)
+        assert_same("draws of slot 0", int(counts[0]), int(counts.sum()), trace)
         return
     probs = torch.full((size,), 1.0 / size, dtype=torch.float64)
     assert_chi_square("slot frequencies", counts, probs, trace, false_alarm=FALSE_ALARM)
@@ -177,11 +217,15 @@ STRATA = 8
 
 @pytest.mark.requires("prioritized")
 @pytest.mark.conventions("priority_dtype", "eps_rule", "sampling", "param_ranges")
+@pytest.mark.parametrize("schedule", ["calls-of-5000", "calls-of-32-to-256"])
 @pytest.mark.parametrize("case", range(len(PRIORITIZED_CASES)))
-def test_prioritized_sampling_matches_closed_form(impl, case):
+def test_prioritized_sampling_matches_closed_form(impl, case, schedule):
     """distributional (chi-square, false-alarm rate 1e-4): slot i is drawn with
     probability P_i = (p_i + eps)^alpha / sum_j (p_j + eps)^alpha; a slot whose
     stored priority is exactly 0 (p = 0, eps = 0) is never drawn (exact).
+    The 20000 draws are taken in calls of 5000 and, as a training loop takes
+    them, in calls of 32..256 rows (an adapter's cost hint
+    ``prioritized_sample_calls`` may cut the calls, with a warning).
     Under sampling="stratified" draw k of a batch of 8 must follow its own
     closed form (the mass of slot i inside the k-th of 8 equal segments of
     the cumulative mass, times 8): the table of (draw position, slot) counts
@@ -194,7 +238,7 @@ def test_prioritized_sampling_matches_closed_form(impl, case):
         assert_chi_square("(draw position, slot) frequencies", table, want / STRATA, trace,
                           false_alarm=FALSE_ALARM)
         return
-    counts = _draw_counts(buf, capacity, trace)
+    counts = _draw_counts(buf, capacity, trace, schedule=limited_schedule(impl, schedule))
     assert_chi_square("slot frequencies", counts, oracle.probabilities(), trace, false_alarm=FALSE_ALARM)
 
 

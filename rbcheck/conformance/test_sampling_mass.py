@@ -30,7 +30,7 @@ import torch
 from rbcheck.harness.assertions import Trace, assert_chi_square, assert_tensor_equal, fail
 from rbcheck.harness.oracle import start_prioritized
 from rbcheck.harness.protocol import BufferSpec
-from rbcheck.harness.strategies import Field, Layout
+from rbcheck.harness.strategies import Field, Layout, scale_limit
 
 #: probability that one distributional case fails on a correct implementation
 FALSE_ALARM = 1e-4
@@ -143,7 +143,30 @@ BOUNDARY_CASES = [
     (12, [0.0, 3.0, 0.0, 0.0, 2.0, 1.0, 0.0, 4.0, 0.0, 2.0, 4.0, 0.0]),  # zeros first, inside, last
     (13, [2.0, 0.0, 1.0, 1.0, 0.0, 0.0, 3.0, 1.0, 0.0, 2.0, 0.0, 2.0, 4.0]),  # last slot 1/4 of the mass
     (7, [0.0, 1.0, 1.0, 2.0, 12.0]),  # filled in part: slots 5, 6 never written
+    # the capacities of a real run (``_large_raw``: 0 but for ~14 odd slots
+    # spread over the rows and the last one, summing to 64): a tree one level
+    # deeper than 2**12 leaves, full; a ring of 2**16 slots early in a run; full
+    (4097, 4097),
+    (2**16, 300),
+    (2**16, 2**16),
 ]
+
+
+def _hot_slots(n: int) -> list[int]:
+    """About 14 odd slots spread over ``[0, n)`` and the last one."""
+    return sorted({min(n - 1, (k * n) // 13 | 1) for k in range(13)} | {n - 1})
+
+
+def _large_raw(n: int) -> tuple[list[float], str]:
+    """``n`` raw priorities, 0 but for :func:`_hot_slots` (1, 2, 3, 4, ...
+    and the last one what makes the sum 64), and the Python that builds them."""
+    hot = _hot_slots(n)
+    values = [1.0 + k % 4 for k in range(len(hot) - 1)]
+    values.append(64.0 - sum(values))
+    raw = [0.0] * n
+    for slot, value in zip(hot, values, strict=True):
+        raw[slot] = value
+    return raw, f"torch.zeros({n}, dtype=torch.float64); raw[{hot}] = torch.tensor({values}, dtype=torch.float64)"
 
 
 def _expected_slots(leaves: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -169,8 +192,16 @@ def test_boundary_masses_map_to_the_right_slot(impl, case):
     float64 just below each, and 1 - 2**-53 to the slot whose half-open
     interval of the cumulative mass holds u * total. A buffer whose eps rule
     or declared eps range stores no exact zero (finfo eps; eps > 0, then
-    eps = 1e-8) has no zero-priority slot to check; the rest runs."""
+    eps = 1e-8) has no zero-priority slot to check; the rest runs. Capacities
+    from 5 to 2**16: a tree of 8192 leaves, a ring of 2**16 slots holding 300
+    rows and one full, each 0 but for ~14 odd slots spread over the rows (an
+    adapter's cost hint ``prioritized_fill``, the rows a fixed case may
+    write, skips a larger case with the hint's reason)."""
     capacity, raw = BOUNDARY_CASES[case]
+    raw, text = _large_raw(raw) if isinstance(raw, int) else (raw, None)
+    hint = scale_limit(impl, "prioritized_fill")
+    if hint is not None and len(raw) > hint[0]:
+        pytest.skip(f"cost hint prioritized_fill={hint[0]} < {len(raw)} rows: {hint[1]}")
     conv = impl.conventions
     if not all(conv.admits(r) for r in raw):
         pytest.skip("convention: positive_priorities (the case's integer priorities hold zeros, which the "
@@ -182,11 +213,16 @@ def test_boundary_masses_map_to_the_right_slot(impl, case):
     n = len(raw)
     trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=n)
     pri = conv.priorities(raw)
-    trace.op(f"buf.update_priority(torch.arange({n}), torch.tensor({raw}, dtype={pri.dtype}))")
+    if text is None:
+        trace.op(f"buf.update_priority(torch.arange({n}), torch.tensor({raw}, dtype={pri.dtype}))")
+    else:  # thousands of rows: the Python that builds them
+        trace.let("raw", None, text)
+        trace.op(f"buf.update_priority(torch.arange({n}), raw.to({pri.dtype}))")
     buf.update_priority(torch.arange(n), pri)
     oracle.update(torch.arange(n), raw)
     leaves = oracle.leaves()
-    counts = _check_frequencies(impl, buf, oracle, trace, "over priorities with zeros")
+    counts = _check_frequencies(impl, buf, oracle, trace, f"over priorities with zeros ({n} rows, capacity "
+                                f"{capacity})")
     zero = torch.nonzero(leaves == 0).reshape(-1)
     if len(zero) and bool((counts[zero] > 0).any()):  # assert_chi_square fails first; kept for clarity
         fail(f"draws of the zero-priority slots {zero.tolist()}", int(counts[zero].sum()), 0, trace)
@@ -205,3 +241,4 @@ def test_boundary_masses_map_to_the_right_slot(impl, case):
     got = torch.as_tensor(buf.indices_from_uniforms(u.clone())).cpu()
     assert_tensor_equal("indices_from_uniforms(u at 0, on and just below each prefix boundary, near 1)",
                         got, _expected_slots(leaves, u), trace)
+

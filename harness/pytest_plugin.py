@@ -360,6 +360,13 @@ class RunHooks:
         finally:
             fn._hypothesis_internal_use_settings = captured
 
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        """The test now running, beside the results file: a process that ends
+        without writing its results (``os._exit`` in a buffer, a signal) is
+        reported with the test it was running (``rbcheck.runner``)."""
+        if self.run.results_path is not None:
+            results.running_path(self.run.results_path).write_text(nodeid)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         hid = results.record_report(self.run.records, report)
         if hid:

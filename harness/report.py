@@ -372,7 +372,14 @@ def run_many(names: list[str], profile: str, extra: list[str], workdir: Path, *,
     try:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rbcheck-run") as pool:
             futures = [pool.submit(one, i, name) for i, name in enumerate(names)]
-            return [future.result() for future in futures]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:  # interrupted: no new run starts, the runs under way stop
+                pool.shutdown(wait=False, cancel_futures=True)
+                from rbcheck import runner
+
+                runner.stop_all()
+                raise
     finally:
         if threads is None:
             os.environ.pop("OMP_NUM_THREADS", None)

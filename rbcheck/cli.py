@@ -35,7 +35,9 @@ load under ``--must-load``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -112,8 +114,11 @@ def _list() -> int:
 
 
 def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from rbcheck import runner
     from rbcheck.checks import node_path
     from rbcheck.harness.adapters import BUILTIN, builtin_names
+    from rbcheck.harness.outcomes import ImplResult
+    from rbcheck.harness.plugin.known_failures import suite_relative
     from rbcheck.harness.report import THIRD_PARTY, conclude, run_many, write_part
 
     for name in args.exclude:
@@ -154,11 +159,56 @@ def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         with lock:
             print(f"[rbcheck] {name}: running the conformance suite ...", file=sys.stderr, flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="rbcheck-") as tmp:
-        results = run_many(names, args.profile, args.pytest_arg, Path(tmp), jobs=args.jobs, only=args.only,
-                           known_failures=known, progress=True, start=start, done=done, device=args.device)
-    return conclude(results, informational=informational, out=Path(args.out) if args.out else None,
-                    must_load=set(names) if args.must_load else set())
+    finished: dict[str, ImplResult] = {}
+
+    def done_and_kept(result) -> None:
+        finished[result.name] = result
+        done(result)
+
+    out = Path(args.out) if args.out else None
+    must_load = set(names) if args.must_load else set()
+    try:
+        with _signals_interrupt(), tempfile.TemporaryDirectory(prefix="rbcheck-") as tmp:
+            results = run_many(names, args.profile, args.pytest_arg, Path(tmp), jobs=args.jobs, only=args.only,
+                               known_failures=known, progress=True, start=start, done=done_and_kept,
+                               device=args.device)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Interrupted): a partial report, exit 2
+        signame = getattr(err, "signame", "SIGINT")
+        stopped = runner.stop_all()
+        results = [finished.get(n) or ImplResult(
+            name=n, status="crashed",
+            why=f"interrupted by {signame}" + (f" while running {suite_relative(stopped[n])}" if stopped.get(n)
+                                               else " before it finished" if n in stopped else " before it started"))
+            for n in names]
+        print(f"[rbcheck] interrupted by {signame}: the runs under way were stopped; the report below is partial "
+              f"(exit 2)", file=sys.stderr, flush=True)
+        conclude(results, informational=informational, out=out, must_load=must_load)
+        return 2
+    return conclude(results, informational=informational, out=out, must_load=must_load)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal that ends ``rbcheck validate`` as Ctrl-C does (SIGTERM, SIGHUP)."""
+
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signame = signame
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread while
+    the suite runs, so they end the run as Ctrl-C does: the runs stopped, a
+    partial report, exit 2."""
+    def interrupt(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,9 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(argv[1:], prog="rbcheck report")
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "list":
-        return _list()
-    return validate(args, parser)
+    try:
+        if args.command == "list":
+            return _list()
+        return validate(args, parser)
+    except BrokenPipeError:  # the reader went away (`rbcheck list | head`): say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush does not fail again
+        return 0 if args.command == "list" else 2
 
 
 if __name__ == "__main__":

@@ -10,14 +10,18 @@ from __future__ import annotations
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 import rbcheck.conformance
 from rbcheck.harness.outcomes import ImplResult
+from rbcheck.harness.plugin.known_failures import suite_relative
+from rbcheck.harness.plugin.results import running_path
 
 __all__ = ["SUITE", "properties", "node_path", "isolation_args", "clean_env", "run_subprocess",
            "pytest_output"]
@@ -102,22 +106,36 @@ def run_subprocess(name: str, *, profile: str, workdir: Path, only: Iterable[str
         command.append("--rbcheck-progress")
     command += list(extra)
     with tempfile.TemporaryFile("w+") as out:
+        # a session of its own: rbcheck stops the run and whatever it started (stop_all)
         proc = subprocess.Popen(command, cwd=workdir, env=clean_env(pythonpath), stdout=out,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        with _LOCK:
+            _LIVE[proc] = (name, results)
         errors = []
-        for line in proc.stderr:
-            if line.startswith("[rbcheck] "):
-                sys.stderr.write(line)
-                sys.stderr.flush()
-            else:
-                errors.append(line)
-        proc.wait()
+        try:
+            for line in proc.stderr:
+                if line.startswith("[rbcheck] "):
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                else:
+                    errors.append(line)
+            proc.wait()
+        except BaseException:  # interrupted here (Ctrl-C, SIGTERM): the run must not outlive rbcheck
+            _stop(proc, name, results)
+            raise
+        finally:
+            with _LOCK:
+                _LIVE.pop(proc, None)
+            _kill_group(proc.pid)  # nothing the run started is left behind
         out.seek(0)
         output = out.read()
     kept = pytest_output("".join(errors), output)
     if not results.exists():
         tail = " ".join((output + "".join(errors)).strip().splitlines()[-3:])
-        return ImplResult(name=name, status="crashed", why=f"pytest exit {proc.returncode}: {tail}",
+        running = _running(results)
+        where = (f" while running {suite_relative(running)}, before writing its results" if running
+                 else " before running a test")
+        return ImplResult(name=name, status="crashed", why=f"pytest exit {proc.returncode}{where}: {tail}",
                           exitstatus=proc.returncode, output=kept)
     payload = json.loads(results.read_text())
     if "load_error" in payload:  # the adapter did not load (written before pytest's usage error)
@@ -125,6 +143,56 @@ def run_subprocess(name: str, *, profile: str, workdir: Path, only: Iterable[str
     result = ImplResult.from_results(name, payload)
     result.output = kept
     return result
+
+
+#: The suite runs under way: process -> (implementation name, results file).
+_LIVE: dict[subprocess.Popen, tuple[str, Path]] = {}
+_LOCK = threading.Lock()
+#: Implementations whose run :func:`stop_all` stopped, with the test each was running.
+STOPPED: dict[str, str] = {}
+#: Seconds a stopped run may take to end after its interrupt, before it is killed.
+STOP_GRACE_S = 10.0
+
+
+def _running(results: Path) -> str:
+    path = running_path(results)
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(proc: subprocess.Popen, name: str, results: Path) -> None:
+    """Interrupt a run (SIGINT to its session, as a terminal's Ctrl-C would),
+    give it :data:`STOP_GRACE_S` to end, then kill it and all it started."""
+    STOPPED[name] = _running(results)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _kill_group(proc.pid)
+    proc.wait()
+
+
+def stop_all() -> dict[str, str]:
+    """Stop every run under way (an interrupt of rbcheck itself); the
+    implementations stopped, each with the test it was running."""
+    with _LOCK:
+        live = list(_LIVE.items())
+    for proc, (name, results) in live:
+        _stop(proc, name, results)
+    return dict(STOPPED)
 
 
 def pytest_output(stderr: str, stdout: str, lines: int = 40) -> str:

@@ -92,6 +92,12 @@ def _resolve(path: str, name: str) -> Adapter:
             f"impl={name!r}: {attr}() returned a {type(adapter).__name__}, "
             f"but should return a harness.protocol.Adapter"
         )
+    known = adapter.known_failures
+    if known is not None and not Path(known).is_absolute() and getattr(module, "__file__", None):
+        # a relative known-failures file is the factory's module's (its directory), wherever the run is
+        from dataclasses import replace
+
+        adapter = replace(adapter, known_failures=Path(module.__file__).resolve().parent / known)
     return adapter
 
 

@@ -128,9 +128,11 @@ def _device(config: pytest.Config, adapter: Adapter) -> tuple[str, str]:
 
 
 def _known_failures_path(path: str | Path, adapter: Adapter) -> Path:
-    """An adapter's ``known_failures`` file: a relative path is its module's
-    (the directory of the file that defines ``adapter.make``), else the
-    working directory's; the first that exists, or the module's."""
+    """An adapter's ``known_failures`` file. ``--impl pkg.module:factory``
+    made it the factory module's already (``load_adapter``); for an Adapter
+    object (``check_buffer``) a relative path is the directory's of the
+    module defining ``adapter.make``, else the working directory's: the
+    first that exists, or the module's."""
     path = Path(path)
     if path.is_absolute():
         return path

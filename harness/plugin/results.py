@@ -178,6 +178,11 @@ def record_report(records: dict[str, dict[str, Any]], report: pytest.TestReport)
     return hid
 
 
+def running_path(results: Path) -> Path:
+    """Where a run notes the test it is running: beside its results file."""
+    return results.with_name(results.name + ".running")
+
+
 def write_load_error(path: Path, impl_arg: str, why: str) -> None:
     """The results file of a run whose adapter did not load: why, and
     nothing else (``rbcheck.runner`` turns it into an "unavailable" result)."""

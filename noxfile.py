@@ -40,6 +40,7 @@ SUBPROCESS_LANE = (
     "tests/harness/test_optin.py",
     "tests/harness/test_parallel_validate.py",
     "tests/harness/test_readme_example.py",
+    "tests/harness/test_no_false_pass.py",
 )
 #: Dependency groups of the third-party buffers validate reports on (the groups of the records
 #: of validate's main environment, in their order); never needed by the tests session.

@@ -215,9 +215,10 @@ CATALOGUE: tuple[Invariant, ...] = (
     Invariant(
         "checkpoint_touches_only_its_own", number=15,
         statement="a checkpoint touches only what it wrote: saving into a directory never deletes or "
-        "rewrites the user's other files",
+        "rewrites the user's other files, nor a directory it did not create that its pointer names",
         properties=("test_checkpoint_user_files::test_saving_into_a_directory_with_the_users_files_leaves_them_"
-                    "byte_identical",),
+                    "byte_identical",
+                    "test_checkpoint_user_files::test_saving_never_deletes_the_directory_a_pointer_names"),
         real_bugs=("rbcheck issue 17 (dumps removed every ckpt-* entry)",),
     ),
     Invariant(
@@ -242,12 +243,14 @@ CATALOGUE: tuple[Invariant, ...] = (
     ),
     Invariant(
         "checkpoint_faults_refused",
-        statement="a damaged, missing, misfit or half-written checkpoint is refused with a clear error "
-        "and changes nothing; an interrupted save leaves a loadable checkpoint",
+        statement="a damaged, missing, misfit or half-written checkpoint, or one re-sealed with a state "
+        "that contradicts itself, is refused with a clear error and changes nothing; an interrupted "
+        "save leaves a loadable checkpoint",
         properties=(f"{CF}::test_damaged_checkpoint_is_refused_and_nothing_changes",
                     f"{CF}::test_missing_or_empty_directory_is_refused",
                     f"{CF}::test_checkpoint_that_does_not_fit_is_refused",
-                    f"{CF}::test_interrupted_save_leaves_a_loadable_checkpoint"),
+                    f"{CF}::test_interrupted_save_leaves_a_loadable_checkpoint",
+                    f"{CF}::test_resealed_contradiction_is_refused_and_nothing_changes"),
     ),
     Invariant(
         "boundary_masses", number=16,

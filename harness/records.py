@@ -54,6 +54,7 @@ _TIANSHOU = {"groups": ("tianshou",), "libraries": ("tianshou",)}
 _SB3 = {"groups": ("sb3",), "libraries": ("stable-baselines3",)}
 _FLASHBAX = {"groups": ("flashbax",), "libraries": ("flashbax",)}
 _RLLIB = {"groups": ("rllib",), "libraries": ("RLlib",)}
+_RLOX = {"groups": ("rlox",), "libraries": ("rlox",)}
 _A = "rbcheck.harness.adapters."
 
 
@@ -120,6 +121,12 @@ RECORDS: dict[str, Record] = _records(
     Record("d3rlpy", _A + "d3rlpy:d3rlpy_adapter", False,
            "d3rlpy's ReplayBuffer(FIFOBuffer), in a validate environment of its own", groups=("d3rlpy",),
            env="d3rlpy", libraries=("d3rlpy",)),
+    Record("rlox", _A + "rlox:rlox_adapter", False, "rlox's uniform ReplayBuffer (Rust)", **_RLOX),
+    Record("rlox-per", _A + "rlox:rlox_per_adapter", False, "rlox's PrioritizedReplayBuffer (Rust)", **_RLOX),
+    Record("rlox-sequence", _A + "rlox:rlox_sequence_adapter", False,
+           "rlox's SequenceReplayBuffer, its i.i.d. sample (Rust)", **_RLOX),
+    Record("rlox-mmap", _A + "rlox:rlox_mmap_adapter", False,
+           "rlox's MmapReplayBuffer, older rows in a memory-mapped cold file (Rust)", **_RLOX),
     Record("cpprb-nstep", _A + "cpprb_transitions:cpprb_nstep_adapter", False, "cpprb's Nstep (invariant 10)",
            **_CPPRB),
     Record("tianshou-nstep", _A + "tianshou_transitions:tianshou_nstep_adapter", False,

@@ -5,6 +5,8 @@ user's files alone, a chain of checkpoints matches no checkpoint at all.
 
 from __future__ import annotations
 
+import copy
+
 import json
 import os
 from pathlib import Path
@@ -293,11 +295,24 @@ class LoadIntoHeldRowsStorage(TensorStorage):
             self.data = held
 
 
+class StorageFirstLoadBuffer(ReplayBuffer):
+    """The device variant's load order at the time (issue 12): the rows were
+    loaded (into a staged copy of the storage) before the sampler's state was
+    checked. The reference now loads its storage last, so the bug needs both
+    halves: this order and a storage that writes into held rows."""
+
+    def load_state_dict(self, state: dict) -> None:
+        size = min(int(state["writer"]["write_count"]), self.capacity)
+        copy.copy(self.storage).load_state_dict(state["storage"], size)
+        super().load_state_dict(state)
+
+
 @mutant(bug="a refused load writes the checkpoint into live rows",
         catches=("test_checkpoint_faults::test_checkpoint_that_does_not_fit_is_refused",),
         reproduces="rbcheck issue 12 (the device variant's data loss)")
 def refused_load_writes_into_held_rows():
-    return historic("refused-load-writes-into-held-rows", TensorStorage=LoadIntoHeldRowsStorage)
+    return historic("refused-load-writes-into-held-rows", StorageFirstLoadBuffer,
+                    TensorStorage=LoadIntoHeldRowsStorage)
 
 
 class RngFirstLoadBuffer(ReplayBuffer):

@@ -45,7 +45,8 @@ Mapping (rlox's rows have a fixed schema: ``obs``/``next_obs`` float32 of
   rlox's own uniform draw); ``rlox-per`` is not split (its draws are
   stratified per call), so the refusal shows there (docs/findings.md).
 * ``rlox-per``: ``PrioritizedReplayBuffer(capacity, obs_dim, 1, alpha,
-  beta)``; ``push(..., priority=1.0)`` per row (rlox's default: it has no
+  beta)`` (for a ``"random"`` spec too, which the ring properties build: the
+  same class, every row of priority 1.0); ``push(..., priority=1.0)`` per row (rlox's default: it has no
   batch push), ``update_priorities(uint64 indices, float64 priorities)``;
   ``info["weight"]`` is rlox's float32 ``weights``. Conventions: no eps
   (``priority.powf(alpha)``, priority.rs:234/366), a new row's priority the
@@ -333,7 +334,7 @@ def rlox_adapter() -> Adapter:
 
 def rlox_per_adapter() -> Adapter:
     """rlox's ``PrioritizedReplayBuffer``."""
-    return Adapter(name="rlox-per", version=_version(), make=_maker("PrioritizedReplayBuffer", ("prioritized",)),
+    return Adapter(name="rlox-per", version=_version(), make=_maker("PrioritizedReplayBuffer", ("prioritized", "random")),
                    capabilities=frozenset({"prioritized"}), conventions=PER_CONVENTIONS)
 
 

@@ -21,6 +21,9 @@ same random stream — plus:
 * Components not given are the variants' (``DeviceStorage``,
   ``DeviceWriter``, ``RandomSampler``); given samplers with a ``to`` method
   are moved to the device.
+* ``add`` also takes one row as its columns (``add(**columns)``, ``add(dict)``: plain
+  tensors or arrays), as ``extend`` of that row would (``add_fast``: the layout bound
+  once, one native call, no TensorDict); a TensorDict row takes the same fast path.
 * ``extend`` takes ``extend_fast.try_extend`` where it applies (the same
   checks and state, less Python); otherwise it
   updates the sampler's bookkeeping (``observe``) instead of the reference's
@@ -41,11 +44,11 @@ Cost: ``extend`` O(n * row size) (+ O(n log n + n log capacity) prioritized);
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rbcheck.reference import pinning
 from rbcheck.reference.buffer import ReplayBuffer as ReferenceReplayBuffer
-from rbcheck.variants import checkpoint_stream, native
+from rbcheck.variants import add_fast, checkpoint_stream, native
 from rbcheck.variants.device_storage import (
     DeviceStorage,
     DeviceWriter,
@@ -98,6 +101,27 @@ class ReplayBuffer(ReferenceReplayBuffer):
             if hasattr(self.sampler, "observe"):
                 self.sampler.observe(self.storage, n)
             return index
+
+    def add(self, row=None, /, **columns) -> int:
+        """Write ONE row and return its slot: the reference's ``add(row)`` (a TensorDict of
+        batch size ``[]``, the same checks and errors), and also the row as its columns,
+        ``add(obs=o, action=a, reward=r)`` or ``add({"obs": o, ...})`` (tensors, NumPy arrays
+        or numbers of each column's row shape and dtype, no batch dimension): exactly
+        ``extend`` of that row as a one-row TensorDict, without building it (``add_fast``:
+        the layout bound once, one native call)."""
+        if columns:
+            if row is not None:
+                raise TypeError(f"row={type(row).__name__} with {len(columns)} keyword columns, but should be "
+                                "one row (a TensorDict or a dict of columns) or keyword columns only")
+            return add_fast.add(self, columns)
+        if type(row) is dict:
+            return add_fast.add(self, row)
+        if type(row) is TensorDict and row.batch_dims == 0:  # the reference's row, without its unsqueeze
+            with extend_lock(self.storage):
+                slot = add_fast.try_add(self, row._tensordict)
+            if slot is not None:
+                return slot
+        return super().add(row)  # the reference's checks and errors
 
     def sample(self, batch_size: int | None = None) -> tuple[TensorDictBase, dict]:
         """``(rows, info)`` as the reference; tensors on the buffer's device."""

@@ -80,6 +80,85 @@ static PyObject *py_extend(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromLongLong(code);
 }
 
+/* The spec of one column for add (int64 each): the buffer-protocol format
+ * character of its dtype (0: none, only addresses accepted), its element
+ * size, its row's number of dimensions and its row's dimensions. */
+#define RB_ADD_DIMS 8
+#define RB_ADD_SPEC (3 + RB_ADD_DIMS)
+#define RB_ADD_MAX_COLS 64
+
+/* Whether view holds exactly one row of the column spec (format, item size,
+ * shape; C-contiguous, as requested). */
+static int rb_add_fits(const Py_buffer *view, const int64_t *spec)
+{
+    if (spec[0] == 0 || !view->format || view->format[0] != (char)spec[0] || view->format[1] != 0
+        || view->itemsize != spec[1] || view->ndim != spec[2])
+        return 0;
+    for (int d = 0; d < view->ndim; d++)
+        if (!view->shape || view->shape[d] != spec[3 + d]) return 0;
+    return 1;
+}
+
+/* add(block, spec, mode, first, write_count, index_out, priority_col, *sources):
+ * ONE row (rbcheck.variants.add_fast). Each source is either an int (the
+ * address of a row the caller checked) or an object with the buffer protocol
+ * (a NumPy array or scalar), checked here against the column's spec (format,
+ * item size, shape, C-contiguous). When every source fits, the fields of the
+ * rb_extend_args at block are set (n = 1; priority = the source of column
+ * priority_col when >= 0) and mode 0 runs rb_extend, 1 rb_extend_whole;
+ * the function's code is returned. -2: a source did not fit (nothing
+ * written; the caller takes its general path). */
+static PyObject *py_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t v[7];
+    if (nargs < 7 || !rb_ints(args, 7, v)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "add(block, spec, mode, first, write_count, index_out, priority_col, *sources)");
+        return NULL;
+    }
+    if (v[2] < 0 || v[2] > 1) {
+        PyErr_Format(PyExc_ValueError, "mode=%lld, but should be 0 or 1", (long long)v[2]);
+        return NULL;
+    }
+    rb_extend_args *x = (rb_extend_args *)(intptr_t)v[0];
+    const int64_t *spec = (const int64_t *)(intptr_t)v[1];
+    Py_ssize_t n_cols = nargs - 7;
+    if (n_cols != x->n_cols || n_cols > RB_ADD_MAX_COLS || v[6] >= n_cols) {
+        PyErr_Format(PyExc_TypeError, "sources=%zd, but should be the block's %lld columns (at most %d)", n_cols,
+                     (long long)x->n_cols, RB_ADD_MAX_COLS);
+        return NULL;
+    }
+    Py_buffer views[RB_ADD_MAX_COLS];
+    int held = 0;
+    int64_t code = -2, *cols = (int64_t *)(intptr_t)x->cols;
+    for (Py_ssize_t c = 0; c < n_cols; c++) {
+        PyObject *o = args[7 + c];
+        if (PyLong_CheckExact(o)) {
+            int64_t source = (int64_t)PyLong_AsLongLong(o);
+            if (source == -1 && PyErr_Occurred()) goto done;
+            cols[4 * c] = source;
+            continue;
+        }
+        if (PyObject_GetBuffer(o, &views[held], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+            PyErr_Clear();
+            goto done;
+        }
+        held++;
+        if (!rb_add_fits(&views[held - 1], spec + RB_ADD_SPEC * c)) goto done;
+        cols[4 * c] = (int64_t)(intptr_t)views[held - 1].buf;
+    }
+    x->first = v[3];
+    x->n = 1;
+    x->write_count = v[4];
+    x->index_out = (int64_t *)(intptr_t)v[5];
+    if (v[6] >= 0) x->priority = (const void *)(intptr_t)cols[4 * v[6]];
+    code = v[2] == 1 ? rb_extend_whole(x) : rb_extend(x);
+done:
+    for (int i = 0; i < held; i++) PyBuffer_Release(&views[i]);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(code);
+}
+
 /* sample(block, step): step 0 rb_sample_descend (returns 0), 1 rb_sample_rows
  * (returns its code), on the rb_sample_args at block. */
 static PyObject *py_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -150,6 +229,7 @@ static PyObject *py_update_whole(PyObject *self, PyObject *const *args, Py_ssize
 
 static PyMethodDef rb_methods[] = {
     {"extend", (PyCFunction)(void (*)(void))py_extend, METH_FASTCALL, "rb_extend and friends on a block"},
+    {"add", (PyCFunction)(void (*)(void))py_add, METH_FASTCALL, "one row: rb_extend / rb_extend_whole"},
     {"sample", (PyCFunction)(void (*)(void))py_sample, METH_FASTCALL, "rb_sample_descend / rb_sample_rows"},
     {"prepare_update", (PyCFunction)(void (*)(void))py_prepare_update, METH_FASTCALL, "rb_prepare_update"},
     {"finish_update", (PyCFunction)(void (*)(void))py_finish_update, METH_FASTCALL, "rb_finish_update"},

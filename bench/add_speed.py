@@ -10,8 +10,9 @@ order), the medians of ``--reps`` calls per cell in each of ``--runs`` runs:
   a TensorDict built from the tensors each call, then ``extend``;
 * ``floor: tensor[slot] = row``: one torch copy per column into preallocated columns and
   the slot counter, no check at all: what any per-step write costs in torch;
-* ``sb3 add`` (stable-baselines3's ``ReplayBuffer.add``) and ``rlox push`` when they import
-  (their versions recorded; "not installed" otherwise).
+* ``sb3 add`` (stable-baselines3's ``ReplayBuffer.add``) and ``rlox push`` (rlox's
+  ``ReplayBuffer.push(obs, action, reward, terminated, truncated, next_obs=...)``) when they
+  import (their versions recorded; "not installed" otherwise).
 
 Every buffer: capacity ``--capacity`` (2^20), rows obs float32[8], next_obs float32[8],
 action float32[2], reward float32, done float32 (stable-baselines3's row). Before timing,
@@ -100,8 +101,8 @@ def cells(capacity: int, data: list[dict]) -> tuple[dict, dict]:
         import rlox
 
         rl = rlox.ReplayBuffer(capacity, WIDTH, ACTION)
-        out["rlox push"] = lambda i: rl.push(data[i % n]["obs"], data[i % n]["action"], float(data[i % n]["reward"]),
-                                             bool(data[i % n]["done"]), False)
+        rl_rows = [(r["obs"], r["action"], float(r["reward"]), bool(r["done"]), False, r["next_obs"]) for r in data]
+        out["rlox push"] = lambda i: rl.push(*rl_rows[i % n][:5], next_obs=rl_rows[i % n][5])
         versions["rlox"] = _version("rlox")
     except (ImportError, AttributeError, TypeError) as error:
         versions["rlox"] = f"not usable ({type(error).__name__}: {error})"

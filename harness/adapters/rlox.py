@@ -58,7 +58,9 @@ Mapping (rlox's rows have a fixed schema: ``obs``/``next_obs`` float32 of
   the newer rows in memory, the older ones spilled to the cold file
   (mmap.rs:144-148), together the last ``capacity`` rows. ``close()`` is
   rlox's (it deletes the cold file, mmap.rs:247-257); rlox has no way to
-  open a cold file again, so ``make(spec.but(reopen=True))`` raises.
+  open a cold file again, so ``make(spec.but(reopen=True))`` raises. A
+  ``storage="memory"`` spec (ring, ownership, model comparison) gets the same
+  class with its cold file in a private temporary directory.
 * no ``save``/``load``, no ``shared_rng``; ``bad_input`` is not declared.
 """
 
@@ -283,8 +285,16 @@ class RloxBuffer(OwnRandomness):
 
 
 def cold_path(spec: BufferSpec) -> str:
-    if spec.scratch_dir is None:
-        raise ValueError("spec.scratch_dir=None, but should be a directory for rlox's MmapReplayBuffer cold file")
+    """``<scratch_dir>/rlox-cold.bin``; a ``storage="memory"`` spec (the properties every column runs)
+    gets a private temporary directory, removed at exit."""
+    if spec.storage == "memory" or spec.scratch_dir is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="rbcheck-rlox-")
+        atexit.register(shutil.rmtree, scratch, True)
+        return str(Path(scratch) / COLD_FILE)
     Path(spec.scratch_dir).mkdir(parents=True, exist_ok=True)
     return str(Path(spec.scratch_dir) / COLD_FILE)
 
@@ -296,12 +306,12 @@ def _version() -> str:
     return version("rlox")
 
 
-def _maker(kind: str, samplers: tuple[str, ...], storage: str = "memory"):
+def _maker(kind: str, samplers: tuple[str, ...], storages: tuple[str, ...] = ("memory",)):
     def make(spec: BufferSpec) -> RloxBuffer:
         if spec.sampler not in samplers:
             raise ValueError(f"spec.sampler={spec.sampler!r}, but should be one of {samplers} (rlox {kind})")
-        if spec.storage != storage:
-            raise ValueError(f"spec.storage={spec.storage!r}, but should be {storage!r} (rlox {kind})")
+        if spec.storage not in storages:
+            raise ValueError(f"spec.storage={spec.storage!r}, but should be one of {storages} (rlox {kind})")
         if spec.reopen:
             raise NotImplementedError(
                 "spec.reopen=True: rlox's MmapReplayBuffer cannot open a cold file again (its only constructor "
@@ -346,7 +356,7 @@ def rlox_sequence_adapter() -> Adapter:
 
 def rlox_mmap_adapter() -> Adapter:
     """rlox's ``MmapReplayBuffer``: the older rows in a memory-mapped cold file of ``spec.scratch_dir``."""
-    return Adapter(name="rlox-mmap", version=_version(), make=_maker("MmapReplayBuffer", ("random",), "memmap"),
+    return Adapter(name="rlox-mmap", version=_version(), make=_maker("MmapReplayBuffer", ("random",), ("memmap", "memory")),
                    capabilities=frozenset({"memmap"}))
 
 

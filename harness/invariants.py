@@ -328,6 +328,19 @@ CATALOGUE += (  # issue 41: storages and writers of the field (reference/memmap_
         properties=("test_edits::test_an_edit_changes_the_edited_rows_and_nothing_else",
                     "test_edits::test_an_edit_past_the_held_length_is_refused_and_nothing_changes"),
     ),
+    Invariant(
+        "compressed_storage_exact",
+        statement="a compressed storage gives back every row as written: every dtype (bool to bfloat16 and "
+        "float64), the row shape (size-0 dimensions included) and the bits (-0.0, infinities, subnormals, "
+        "full-range integers), call for call with the in-memory reference",
+        properties=("test_compressed_storage::test_compressed_storage_round_trips_every_dtype_and_shape",),
+    ),
+    Invariant(
+        "checkpoint_is_a_value",
+        statement="a checkpoint round-trips every dtype exactly, writes to a buffer loaded from it leave its "
+        "files byte-identical, and checkpoint, restore, checkpoint (over it), restore gives the current state",
+        properties=("test_checkpointers::test_a_checkpoint_round_trips_every_dtype_and_stays_as_saved",),
+    ),
 )
 
 BY_ID = {inv.id: inv for inv in CATALOGUE}

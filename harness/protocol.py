@@ -76,6 +76,7 @@ CAPABILITIES = frozenset(
         "max_value_writer",  # spec.writer="max_value": holds the top-capacity rows by spec.value_key
         "immutable_writer",  # spec.writer="immutable": every write and edit refused, nothing changed
         "edit",  # set(index, rows): edits held rows in place, nothing else changes
+        "compressed",  # spec.storage="compressed": rows kept compressed, read back bit for bit (any dtype/shape)
     }
 )
 
@@ -419,7 +420,8 @@ class BufferSpec:
     max_sample_count: int = 1
     prefetch: int = 0
     #: Issue 41 (capabilities "memmap", "max_value_writer", "immutable_writer"):
-    #: "memory" or "memmap" (rows in files of ``scratch_dir``, a str path, and
+    #: "memory", "compressed" (capability "compressed": rows kept compressed,
+    #: reference/compressed_storage.py) or "memmap" (rows in files of ``scratch_dir``, a str path, and
     #: nowhere else); ``reopen``: build from the files a closed buffer of this spec
     #: left there (``close()``); writer "round_robin", "max_value" (keeps the
     #: top-capacity rows by ``value_key``, one number a row) or "immutable".

@@ -8,6 +8,7 @@ and a tiny collector over a toy environment, which use the buffer and are not pa
 from rbcheck.reference.buffer import ReplayBuffer
 from rbcheck.reference.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rbcheck.reference.collector import SyncCollector
+from rbcheck.reference.compressed_storage import CompressedStorage
 from rbcheck.reference.consuming_sampler import ConsumingSampler, ConsumingWriter
 from rbcheck.reference.env import ChainEnv
 from rbcheck.reference.iteration import Prefetch, iterate
@@ -32,3 +33,4 @@ __all__ = [
     "place_policy", "require_accelerator", "save_checkpoint",
 ]
 __all__ += ["ImmutableWriter", "MaxValueWriter", "MemmapStorage", "StorageFileError", "WriteRefusedError"]
+__all__ += ["CompressedStorage"]

@@ -31,7 +31,7 @@ from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec, Conventi
 #: Components a spec is built from; a variant may replace any of them.
 COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler",
                    "WithoutReplacementSampler", "ConsumingSampler", "ConsumingWriter",
-                   "MemmapStorage", "MaxValueWriter", "ImmutableWriter")
+                   "MemmapStorage", "MaxValueWriter", "ImmutableWriter", "CompressedStorage")
 
 
 def _reference_components() -> SimpleNamespace:
@@ -89,7 +89,9 @@ class ShapedBuffer:
     def contents(self) -> TensorDictBase:
         storage = _attr(self.buffer, "storage")
         index = torch.arange(len(storage), dtype=torch.long)
-        return storage.get(index).clone()
+        # leaf by leaf: TensorDict.clone() on a TensorDict with a device adds 0 to every float
+        # leaf (tensordict 0.14.3 base.py:13187, torch._foreach_add(vals, 0)), turning -0.0 into 0.0
+        return storage.get(index).apply(torch.clone)
 
     @property
     def cursor(self) -> int:
@@ -189,11 +191,13 @@ def make_storage(spec: BufferSpec, components: Any) -> Any:
         raise ValueError(f"spec.reopen=True with storage={spec.storage!r}, but should be storage='memmap'")
     if spec.storage == "memory":
         return components.TensorStorage(spec.capacity, device=spec.device)
+    if spec.storage == "compressed":  # rows kept compressed (reference/compressed_storage.py)
+        return components.CompressedStorage(spec.capacity, device=spec.device)
     if spec.storage == "memmap":
         if spec.scratch_dir is None:
             raise ValueError("spec.scratch_dir=None, but should be a directory for storage='memmap'")
         return components.MemmapStorage(spec.capacity, spec.scratch_dir, device=spec.device, reopen=spec.reopen)
-    raise ValueError(f"spec.storage={spec.storage!r}, but should be 'memory' or 'memmap'")
+    raise ValueError(f"spec.storage={spec.storage!r}, but should be 'memory', 'compressed' or 'memmap'")
 
 
 def make_writer(spec: BufferSpec, components: Any) -> Any:

@@ -56,8 +56,8 @@ def spec_capabilities(spec: BufferSpec) -> tuple[str, ...]:
         needed.append("pin_memory")
     if str(spec.device).startswith("cuda"):
         needed.append("cuda")
-    if spec.storage == "memmap":  # issue 41: storages and writers
-        needed.append("memmap")
+    if spec.storage in ("memmap", "compressed"):  # issue 41: storages and writers
+        needed.append(spec.storage)
     if spec.writer in ("max_value", "immutable"):
         needed.append(f"{spec.writer}_writer")
     return tuple(needed)

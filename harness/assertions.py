@@ -35,6 +35,7 @@ from tensordict import TensorDictBase
 # the failure core and the tolerance checks live in their own modules; this
 # module is where properties import every check from
 from rbcheck.harness.failure import ModelError, PropertyFailure, Trace, fail, fmt, loadable_name
+from rbcheck.harness.frequencies import bins, observe
 from rbcheck.harness.tolerance import (
     Tolerance,
     assert_close,
@@ -176,11 +177,15 @@ def assert_chi_square(
     probs = torch.as_tensor(probs, dtype=torch.float64).reshape(-1)
     if counts.shape != probs.shape:
         fail(f"{what}: number of cells", counts.numel(), probs.numel(), trace)
-    n = counts.sum().item()
+    n, cells = counts.sum().item(), counts.numel()
     zero = probs <= 0
+    seen = _small(counts, probs / probs.sum() * n if bool(probs.sum() > 0) else torch.zeros_like(probs))
     if bool((counts[zero] > 0).any()):
         cells = torch.nonzero(zero & (counts > 0)).reshape(-1)[:8].tolist()
-        fail(f"{what}: draws of probability-0 cells {cells}", counts[zero].sum().item(), 0, trace)
+        freq = observe(what, "chi-square", *seen[1:], false_alarm=false_alarm, p_value=0.0, passed=False,
+                       statistic="draws of probability-0 cells", labels=seen[0], cells=cells)
+        _with_frequencies(freq, fail, f"{what}: draws of probability-0 cells {cells}", counts[zero].sum().item(),
+                          0, trace)
     probs = probs[~zero] / probs[~zero].sum()
     counts = counts[~zero]
     expected = probs * n
@@ -207,11 +212,14 @@ def assert_chi_square(
             f">= 2: a one-cell test always passes (check the draws exactly instead)"
         )
     stat, p = stats.chisquare(obs_cells, exp_cells)
+    freq = observe(what, "chi-square", *seen[1:], false_alarm=false_alarm, p_value=float(p), passed=p >= false_alarm,
+                   statistic=f"chi-square {stat:.1f}, {len(exp_cells) - 1} dof", labels=seen[0], cells=cells)
     if p < false_alarm:
         worst = max(
             range(len(exp_cells)), key=lambda j: (obs_cells[j] - exp_cells[j]) ** 2 / exp_cells[j]
         )
-        fail(
+        _with_frequencies(
+            freq, fail,
             f"{what}: chi-square p-value",
             f"<{p:.3g} (stat {stat:.1f}, {len(exp_cells) - 1} dof, n={int(n)})>",
             f">= {false_alarm:g} (the stated false-alarm rate)",
@@ -219,6 +227,28 @@ def assert_chi_square(
             f"worst cell: observed {obs_cells[worst]:.0f}, expected {exp_cells[worst]:.1f}",
         )
     return float(p)
+
+
+def _small(counts: torch.Tensor, expected: torch.Tensor) -> tuple[list[str], list[float], list[float]]:
+    """The cells in at most ``frequencies.MAX_BINS`` bins of neighbours (what the report draws)."""
+    labels, edges = bins(counts.numel())
+    if len(edges) == counts.numel():
+        return labels, counts.tolist(), expected.tolist()
+    sums = []
+    for values in (counts, expected):
+        total = torch.cat([values.new_zeros(1), values.cumsum(0)])
+        sums.append([(total[hi + 1] - total[lo]).item() for lo, hi in edges])
+    return labels, sums[0], sums[1]
+
+
+def _with_frequencies(freq: dict, check: Any, *args: Any) -> None:
+    """Run ``check(*args)`` (a :func:`fail`), leaving the observed and
+    expected frequencies ``freq`` on the failure it raises (the report draws them)."""
+    try:
+        check(*args)
+    except PropertyFailure as err:
+        err.frequencies = freq
+        raise
 
 
 def assert_binomial(
@@ -234,14 +264,21 @@ def assert_binomial(
     probability ``p`` (two-sided exact binomial test at ``false_alarm``)."""
     from scipy import stats
 
+    def seen(pvalue: float | None, passed: bool) -> dict:
+        return observe(what, "binomial", [float(k), float(n - k)], [p * n, (1 - p) * n], false_alarm=false_alarm,
+                       p_value=pvalue, passed=passed, labels=["successes", "failures"])
+
     if p <= 0.0 or p >= 1.0:
         exact = 0 if p <= 0.0 else n
+        freq = seen(None, k == exact)
         if k != exact:
-            fail(what, k, exact, trace, f"probability is exactly {p}")
+            _with_frequencies(freq, fail, what, k, exact, trace, f"probability is exactly {p}")
         return 1.0
     pv = stats.binomtest(int(k), int(n), float(p)).pvalue
+    freq = seen(float(pv), pv >= false_alarm)
     if pv < false_alarm:
-        fail(
+        _with_frequencies(
+            freq, fail,
             what,
             f"<{k} of {n}>",
             f"about {p * n:.1f} of {n} (binomial p-value {pv:.3g} < false-alarm rate {false_alarm:g})",

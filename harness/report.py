@@ -9,7 +9,9 @@ For each implementation (default: every built-in name) the conformance suite
 (``rbcheck.conformance``) runs in its own pytest subprocess with
 ``--rbcheck-results``; an implementation whose adapter does not load is a
 column of "unavailable (why)". The table (property x implementation) is
-printed and written to ``<out>/conformance.md`` and ``<out>/conformance.json``.
+printed and written to ``<out>/conformance.md``, ``.json`` and ``.html``
+(``--html DIR``: the page alone); ``--merge`` also writes the compliance page
+(``<out>/compliance.md`` and ``.html``: library x invariant, ``harness.compliance``).
 Each cell is one of::
 
     pass | FAIL (<one-line counterexample>) | skipped (<reason>)
@@ -48,6 +50,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,12 +63,28 @@ from rbcheck.harness.adapters import BUILTIN, builtin_names
 from rbcheck.harness.outcomes import NOT_RUN, TRIED, ImplResult, cell_text
 from rbcheck.harness.plugin.known_failures import suite_relative
 
+# the report as people read it (text, markdown) lives in report_layout; its
+# helpers are imported here under their old names
+from rbcheck.harness.report_layout import (  # noqa: F401 - re-exported
+    CELL_WIDTH_MD,
+    CELL_WIDTH_TEXT,
+    _clip,
+    _md_escape,
+    incomplete_text,
+    render_markdown,
+    render_text,
+    robustness_text,
+    run_time_text,
+    settings_text,
+)
+
 #: Built-in names of third-party buffers (from the one table of built-ins).
 THIRD_PARTY = frozenset(name for name, entry in BUILTIN.items() if not entry.first_party)
+#: A test record's fields a cell keeps when present: the repro snippets, a failure's
+#: what/got/expected/call/detail and the frequencies of its distributional checks.
+CELL_EXTRAS = ("repros", "what", "got", "expected", "call", "detail", "distributions", "seconds")
 #: Catalogues of bad inputs and faults, summarised per implementation (file -> label).
 ROBUSTNESS = {"test_bad_input.py": "bad input", "test_checkpoint_faults.py": "checkpoint faults"}
-CELL_WIDTH_MD = 140
-CELL_WIDTH_TEXT = 48
 
 
 def is_third_party(name: str) -> bool:
@@ -103,12 +122,6 @@ def robustness(result: ImplResult) -> dict[str, dict[str, int]]:
     return out
 
 
-def robustness_text(counts: dict[str, dict[str, int]]) -> str:
-    return "; ".join(f"{label}: {c['survived']}/{c['tried']} survived"
-                     + (f" ({c['not_run']} not run)" if c["not_run"] else "")
-                     for label, c in counts.items())
-
-
 def build(results: list[ImplResult]) -> dict[str, Any]:
     """The report as plain data (what conformance.json holds)."""
     rows: dict[str, dict[str, Any]] = {}
@@ -126,6 +139,7 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
                 "text": cell_text(test["outcome"], test.get("message", ""), conventions)
                 + (f" (+{len(test['failures']) - 1} more distinct failures)"
                    if len(test.get("failures") or []) > 1 else ""),
+                **{key: test[key] for key in CELL_EXTRAS if test.get(key)},
             }
     for row in rows.values():
         for result in results:
@@ -167,153 +181,6 @@ def build(results: list[ImplResult]) -> dict[str, Any]:
         "order": [r.name for r in results],
         "rows": list(rows.values()),
     }
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "\u2026"
-
-
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def run_time_text(info: dict[str, Any]) -> str:
-    """``"41.2 s (shrinking: at most 2 s per failing property)"`` or ``"--"``."""
-    if info.get("seconds") is None:
-        return "--"
-    budget = info.get("shrink_seconds")
-    bound = "unbounded (minimal counterexamples)" if budget is None else f"at most {budget:g} s per failing property"
-    return f"{info['seconds']:.1f} s (shrinking: {bound})"
-
-
-def settings_text(info: dict[str, Any]) -> str:
-    """``"profile: ci; device: cpu"``, with where a setting came from when
-    not from the arguments, the known-failures file and any ``RBCHECK_*``
-    variable the run saw: everything that can change what was tested."""
-    settings = info.get("settings") or {}
-    if not settings:
-        return "--"
-
-    def said(key: str) -> str:
-        where = settings.get(f"{key}_from", "")
-        return f"{settings.get(key)}" + (f" (from {where})" if where.startswith("environment") else "")
-
-    parts = [f"profile: {said('profile')}", f"device: {said('device')}"]
-    if settings.get("known_failures"):
-        parts.append(f"known failures: {Path(settings['known_failures']).name}")
-    parts += [f"{k}={v}" for k, v in (settings.get("environment") or {}).items()]
-    return "; ".join(parts)
-
-
-def incomplete_text(info: dict[str, Any]) -> str:
-    """``"the run did not complete: pytest exit status 4 (usage error): <error>"``
-    for a run that stopped early, else ``""`` (the verdict: ``harness.verdict``)."""
-    from rbcheck.harness.verdict import PYTEST_EXIT
-
-    status = info.get("exitstatus")
-    if status in (0, 1, None) and not info.get("errors"):
-        return ""
-    said = f"pytest exit status {status} ({PYTEST_EXIT.get(status, 'unknown')})" if status not in (0, 1) else ""
-    return "the run did not complete: " + "; ".join([s for s in (said, *info.get("errors", [])) if s])
-
-
-def render_markdown(report: dict[str, Any]) -> str:
-    order = report["order"]
-    lines = ["# Conformance report", ""]
-    lines.append("| implementation | version | result | run time | settings |")
-    lines.append("|---|---|---|---|---|")
-    for name in order:
-        info = report["implementations"][name]
-        if info["status"] != "ran":
-            summary = f"{info['status']} ({info['why']})"
-        else:
-            summary = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
-        kind = {"third party": " (third party)", "user": " (yours)"}.get(info.get("kind", ""), "")
-        lines.append(f"| {name}{kind} | {_md_escape(info['version'])} | {_md_escape(summary)} "
-                     f"| {run_time_text(info)} | {_md_escape(settings_text(info))} |")
-    lines += ["", "| property | " + " | ".join(order) + " |", "|---" * (len(order) + 1) + "|"]
-    for row in report["rows"]:
-        cells = [_md_escape(_clip(row["cells"][n]["text"], CELL_WIDTH_MD)) for n in order]
-        lines.append(f"| `{row['id']}` | " + " | ".join(cells) + " |")
-    lines += ["", "## Bad input and faults", "",
-              "Cases tried (run) and survived (refused with nothing lost, or loaded exactly).", "",
-              "| implementation | " + " | ".join(f"{label}: survived / tried" for label in ROBUSTNESS.values())
-              + " | not run |", "|---" * (len(ROBUSTNESS) + 2) + "|"]
-    for name in order:
-        info = report["implementations"][name]
-        counts = info.get("robustness") or {}
-        if info["status"] != "ran" or not counts:
-            lines.append(f"| {name} | " + " | ".join("--" for _ in ROBUSTNESS) + f" | {info['status']} |")
-            continue
-        cells = [f"{counts[label]['survived']} / {counts[label]['tried']}" for label in ROBUSTNESS.values()]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {sum(c['not_run'] for c in counts.values())} |")
-    lines += ["", "## Implementations", ""]
-    for name in order:
-        info = report["implementations"][name]
-        lines.append(f"### {name}")
-        lines.append("")
-        if info["status"] != "ran":
-            lines.append(f"- {info['status']}: {info['why']}")
-        else:
-            if incomplete_text(info):
-                lines.append(f"- {_md_escape(incomplete_text(info))}")
-            lines.append(f"- version: {info['version']}")
-            lines.append(f"- capabilities: {', '.join(info['capabilities']) or '(none)'}")
-            for cap, why in sorted(info["unavailable"].items()):
-                lines.append(f"- unavailable: {cap}: {why}")
-            conventions = info.get("conventions") or {}
-            if conventions:
-                lines.append(f"- declared conventions ({info.get('under_convention', 0)} results "
-                             "checked under them, marked [convention: ...]):")
-                lines += [f"  - {k} = {_md_escape(v)}" for k, v in sorted(conventions.items())]
-            else:
-                lines.append("- declared conventions: none (the spec's rules)")
-            for warning in info["warnings"]:
-                lines.append(f"- warning: {warning}")
-        lines.append("")
-    details = [
-        (row["id"], name, row["cells"][name])
-        for row in report["rows"]
-        for name in order
-        if row["cells"][name]["outcome"] in ("fail", "error", "xpass")
-    ]
-    if details:
-        lines += ["## Failures in full", "", "Every distinct failure of a property (Hypothesis may find several).", ""]
-        for rid, name, cell in details:
-            lines.append(f"- **{name}** `{rid}`: {_md_escape(cell['text'])}")
-            for more in cell.get("failures", [])[1:]:
-                lines.append(f"  - also: {_md_escape(more)}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def render_text(report: dict[str, Any]) -> str:
-    order = report["order"]
-    width = max([len("property")] + [len(r["id"]) for r in report["rows"]])
-    head = "property".ljust(width) + "  " + "  ".join(n[:CELL_WIDTH_TEXT].ljust(CELL_WIDTH_TEXT) for n in order)
-    lines = [head, "-" * len(head)]
-    for row in report["rows"]:
-        cells = [_clip(row["cells"][n]["text"], CELL_WIDTH_TEXT).ljust(CELL_WIDTH_TEXT) for n in order]
-        lines.append(row["id"].ljust(width) + "  " + "  ".join(cells).rstrip())
-    lines.append("")
-    for name in order:
-        info = report["implementations"][name]
-        if info["status"] != "ran":
-            lines.append(f"{name}: {info['status']} ({info['why']})")
-        else:
-            counts = ", ".join(f"{n} {k}" for k, n in sorted(info["counts"].items()))
-            lines.append(f"{name} {info['version']}: {counts} ({run_time_text(info)})")
-            lines.append(f"  settings: {settings_text(info)}")
-            if incomplete_text(info):
-                lines.append(f"  {incomplete_text(info)}")
-            if info.get("robustness"):
-                lines.append(f"  {robustness_text(info['robustness'])}")
-            for cap, why in sorted(info["unavailable"].items()):
-                lines.append(f"  unavailable: {cap}: {_clip(why, 160)}")
-            for key, value in sorted((info.get("conventions") or {}).items()):
-                lines.append(f"  convention: {key} = {_clip(value, 160)}")
-    return "\n".join(lines)
 
 
 def run_one(name: str, profile: str, extra: list[str], workdir: Path, *, only: tuple[str, ...] | list[str] = (),
@@ -448,24 +315,42 @@ def replace_file(path: Path, text: str) -> None:
 
 
 def conclude(results: list[ImplResult], *, informational: set[str] = frozenset(), out: Path | None = None,
-             report: dict[str, Any] | None = None, must_load: Iterable[str] = ()) -> int:
+             report: dict[str, Any] | None = None, must_load: Iterable[str] = (), html: Path | None = None,
+             compliance: bool = False, bugs: dict[str, Any] | None = None) -> int:
     """Print the report and the verdict (``rbcheck.harness.verdict``) of
-    ``results``, write ``out/conformance.md`` and ``.json`` when ``out`` is
-    given, and return the exit status: the end of ``rbcheck validate`` and of
-    this module's ``main``, so both give the same verdict."""
-    from rbcheck.harness.verdict import decide, explain
-
-    from rbcheck.harness.verdict import as_json
+    ``results``, write ``out/conformance.md``, ``.json`` and ``.html`` when
+    ``out`` is given (``html/conformance.html`` when ``html`` is), the
+    compliance page ``out/compliance.md`` and ``.html`` when ``compliance``
+    (a merged report: ``harness.compliance``, ``bugs`` its optional registry
+    of findings), and return the exit status: the end of ``rbcheck validate``
+    and of this module's ``main``, so both give the same verdict."""
+    from rbcheck.harness.report_html import render_html
+    from rbcheck.harness.verdict import as_json, decide, explain
 
     report = build(results) if report is None else report
     decision = decide(results, informational, must_load=must_load)
     report["verdict"] = as_json(decision)
+    report.setdefault("date", time.strftime("%Y-%m-%d", time.gmtime()))
     print(render_text(report))
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        replace_file(out / "conformance.md", render_markdown(report) + "\n")
-        replace_file(out / "conformance.json", json.dumps(report, indent=2) + "\n")
-        print(f"\nwrote {out / 'conformance.md'} and {out / 'conformance.json'}")
+    pages = {"conformance.md": lambda: render_markdown(report) + "\n",
+             "conformance.json": lambda: json.dumps(report, indent=2) + "\n",
+             "conformance.html": lambda: render_html(report)}
+    wrote = []
+    for folder, names in ((out, list(pages)), (html, ["conformance.html"])):
+        if folder is None:
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        for file in names:
+            replace_file(folder / file, pages[file]())
+            wrote.append(str(folder / file))
+    if compliance and out is not None:
+        from rbcheck.harness.compliance import render_compliance_html, render_compliance_markdown
+
+        for file, render in (("compliance.md", render_compliance_markdown), ("compliance.html", render_compliance_html)):
+            replace_file(out / file, render(report, bugs=bugs))
+            wrote.append(str(out / file))
+    if wrote:
+        print(f"\nwrote {', '.join(wrote)}")
     stdout, stderr = explain(decision, {r.name: r.output for r in results})
     if stderr:
         print(stderr, file=sys.stderr, flush=True)
@@ -478,7 +363,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m rbcheck.harness.r
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", action="append", default=None,
                         help="implementation to include (repeatable; default: every built-in name)")
-    parser.add_argument("--out", default="reports", help="directory for conformance.md/.json")
+    parser.add_argument("--out", default="reports",
+                        help="directory for conformance.md/.json/.html (and compliance.md/.html with --merge)")
+    parser.add_argument("--html", metavar="DIR", default=None, help="also write DIR/conformance.html")
+    parser.add_argument("--bugs", metavar="FILE", default=None,
+                        help="with --merge: a JSON registry of findings ({impl: {property or test id: bug id or "
+                        "{id, url}}}) that links the compliance page's FAIL cells (optional)")
     parser.add_argument("--profile", default=os.environ.get("RBCHECK_PROFILE", "ci"),
                         help="Hypothesis profile for the runs (default ci)")
     parser.add_argument("--from-results", action="append", default=[], metavar="NAME=PATH",
@@ -525,7 +415,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m rbcheck.harness.r
                 results.append(run_one(name, args.profile, args.pytest_arg, Path(tmp)))
     informational = {r.name for r in results if r.name in THIRD_PARTY} if args.third_party_informational else set()
     must_load = {r.name for r in results} if args.must_load else set()
-    return conclude(results, informational=informational, out=Path(args.out), must_load=must_load)
+    bugs = None
+    if args.bugs is not None:
+        if args.merge is None:
+            parser.error("--bugs is read with --merge (the compliance page), but no --merge was given")
+        try:
+            bugs = json.loads(Path(args.bugs).read_text())
+        except (OSError, ValueError) as err:
+            parser.error(f"--bugs={args.bugs!r}: {err}, but should be a JSON file {{impl: {{id: bug}}}}")
+    return conclude(results, informational=informational, out=Path(args.out), must_load=must_load,
+                    html=Path(args.html) if args.html else None, compliance=args.merge is not None, bugs=bugs)
 
 
 if __name__ == "__main__":

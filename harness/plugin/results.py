@@ -1,5 +1,7 @@
 """What a run records: one record per test (outcome, one-line message, the
-distinct failures, their repro snippets, seconds), and the results file
+distinct failures, their repro snippets, seconds; a failure's what/got/
+expected/call when its exception carries them, and the observed and expected
+frequencies of its distributional checks), and the results file
 (``--rbcheck-results``) that ``harness.report`` and ``harness.verdict`` read.
 
 A failure's fields come from the exception itself (``call.excinfo`` in
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from rbcheck.harness import frequencies
 
 RESULTS_SCHEMA = 1
 #: Where ``pytest_runtest_makereport`` leaves a failure's fields on its report.
@@ -113,7 +117,15 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
         if isinstance(snippet, str) and snippet and snippet not in repros:
             repros.append(snippet)
     message = one_line(message + (f" | {example}" if example else ""))
-    return {"message": message, "failures": failures or [message], "repros": repros}
+    fields = {"message": message, "failures": failures or [message], "repros": repros}
+    exact = next((leaf for leaf in ([first] + parts) if isinstance(getattr(leaf, "what", None), str)), None)
+    if exact is not None:  # the structured failure: what / got / expected / call (and its detail)
+        fields.update({key: one_line(str(getattr(exact, key, "") or ""), 600)
+                       for key in ("what", "got", "expected", "call", "detail")})
+    seen = [leaf.frequencies for leaf in parts if isinstance(getattr(leaf, "frequencies", None), dict)]
+    if seen:  # the observed and expected frequencies of the distributional checks that failed
+        fields["distributions"] = seen[:3]
+    return fields
 
 
 def skip_reason(report: pytest.TestReport) -> str:
@@ -136,11 +148,14 @@ def last_line(text: str) -> str:
 
 def record_report(records: dict[str, dict[str, Any]], report: pytest.TestReport) -> str | None:
     """Fold one phase's report into the test's record; the "hid something
-    new" note of a known failure when the report carries one."""
+    new" note of a known failure when the report carries one. The call's
+    distributional checks (``harness.frequencies``) go into ``distributions``."""
     record = records.setdefault(
         report.nodeid,
         {"nodeid": report.nodeid, "property": report.nodeid, "doc": "", "outcome": "not run", "message": ""},
     )
+    if report.when in ("setup", "call"):
+        _distributions(records, report)
     if record["outcome"] in ("fail", "error") and report.when == "teardown":
         return None
     if hasattr(report, "wasxfail"):
@@ -168,6 +183,10 @@ def record_report(records: dict[str, dict[str, Any]], report: pytest.TestReport)
             message = f"{one_line(message)} [{one_line(hid, 196)}]"  # the note survives any cut
         record.update(outcome=outcome, message=message, failures=fields["failures"] or [message],
                       repros=fields["repros"])
+        record.update({key: fields[key] for key in ("what", "got", "expected", "call", "detail") if key in fields})
+        if fields.get("distributions"):  # the failing draws first, then the checks of the call that passed
+            kept = [d for d in record.get("distributions", []) if d["passed"]]
+            record["distributions"] = (list(fields["distributions"]) + kept)[:frequencies.KEEP]
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None:  # pytest's own FAILED line: the one-line reason, not "ExceptionGroup: ..."
             crash.message = message
@@ -176,6 +195,14 @@ def record_report(records: dict[str, dict[str, Any]], report: pytest.TestReport)
     if report.when == "call" or (report.when == "setup" and report.skipped):
         record["seconds"] = round(record.get("seconds", 0.0) + float(report.duration), 3)
     return hid
+
+
+def _distributions(records: dict[str, dict[str, Any]], report: pytest.TestReport) -> None:
+    """The frequencies the test's distributional checks saw (taken at the
+    end of its call; dropped at its setup, so none leak from another test)."""
+    seen = frequencies.take()
+    if report.when == "call" and seen and report.nodeid in records:
+        records[report.nodeid]["distributions"] = seen
 
 
 def running_path(results: Path) -> Path:

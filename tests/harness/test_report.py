@@ -113,7 +113,10 @@ def test_main_writes_markdown_and_json_and_sets_the_exit_status(tmp_path, capsys
                         "--out", str(out), "--third-party-informational"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "test_a.py::test_round_trip" in printed and "FAIL (AssertionError" in printed
+    # the failures first: the test and its one-line counterexample, marked as not gating
+    head = "\n".join(printed.splitlines()[:10])
+    assert "test_a.py::test_round_trip" in head and "AssertionError: x=1, but should be 2" in head, head
+    assert "PASSED (exit 0): 1 failure in torchrl (informational)" in head, head
     markdown = (out / "conformance.md").read_text()
     assert "| property | reference | torchrl |" in markdown
     assert "| `test_a.py::test_priority` | pass | unavailable (prioritized: RuntimeError" in markdown

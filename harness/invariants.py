@@ -343,6 +343,30 @@ CATALOGUE += (  # issue 41: storages and writers of the field (reference/memmap_
     ),
 )
 
+CATALOGUE += (  # issue 42: hindsight relabelling and offline-to-online mixing (reference/her.py, mixing.py)
+    Invariant(
+        "hindsight_goals",
+        statement="a relabelled goal is the goal reached after a held step of the row's own finished episode "
+        "that the strategy allows (future: the row's step or later; final: the last; episode: any), never "
+        "across the ring's wrap, an overwritten step or an unfinished episode; its reward is recomputed with "
+        "the declared reward function; the relabelled share follows the declared ratio; all of it after a "
+        "save and a load",
+        properties=("test_hindsight::test_relabelled_goals_come_from_the_strategys_steps_of_the_same_episode",
+                    "test_hindsight::test_relabelled_share_follows_the_declared_ratio",
+                    "test_hindsight::test_episode_bookkeeping_survives_save_and_load"),
+        mutants=("her_episode_start_lost_on_load",),
+        real_bugs=("DLR-RM/stable-baselines3 #1542",),
+    ),
+    Invariant(
+        "offline_online_mixing",
+        statement="each batch draws from the offline dataset and the online ring in the declared proportion, "
+        "and the offline rows are never overwritten: every one is still drawn, uniformly and intact, after "
+        "any number of online writes",
+        properties=("test_mixing::test_batches_mix_the_sources_in_the_declared_proportion",
+                    "test_mixing::test_offline_data_is_never_overwritten"),
+    ),
+)
+
 BY_ID = {inv.id: inv for inv in CATALOGUE}
 
 

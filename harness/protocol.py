@@ -45,6 +45,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbcheck.harness.buffer_protocol import BufferUnderTest
+from rbcheck.harness.her_laws import check_hindsight
 from rbcheck.harness.sampler_laws import check_replacement
 
 #: Capability names an adapter may declare.
@@ -76,6 +77,9 @@ CAPABILITIES = frozenset(
         "max_value_writer",  # spec.writer="max_value": holds the top-capacity rows by spec.value_key
         "immutable_writer",  # spec.writer="immutable": every write and edit refused, nothing changed
         "edit",  # set(index, rows): edits held rows in place, nothing else changes
+        # hindsight relabelling, offline-to-online mixing (issue 42; reference/her.py, mixing.py, harness/her_laws.py)
+        "her",  # spec.her=(strategy, ratio): a sampled row relabelled with a goal of its own finished episode
+        "mixing",  # spec.mixing=(offline_size, fraction): a fixed offline dataset beside the online ring
         "compressed",  # spec.storage="compressed": rows kept compressed, read back bit for bit (any dtype/shape)
     }
 )
@@ -256,6 +260,7 @@ class Conventions:
     terminal_next_obs: str = "final"
     eviction: str = "ring"
     replacement: Mapping[str, str] = field(default_factory=dict)
+    hindsight: Mapping[str, str] = field(default_factory=dict)  # issue 42: harness/her_laws.py
 
     def __post_init__(self) -> None:
         choices = {
@@ -288,6 +293,7 @@ class Conventions:
                 f"Conventions.positive_priorities={self.positive_priorities!r}, but should be True or False"
             )
         check_replacement(self.replacement)
+        check_hindsight(self.hindsight)
         unknown = set(self.param_ranges) - set(SPEC_PARAM_RANGES)
         if unknown:
             raise ValueError(
@@ -430,6 +436,9 @@ class BufferSpec:
     reopen: bool = False
     writer: str = "round_robin"
     value_key: str = "value"
+    #: Issue 42 ("her", "mixing"): (strategy, ratio), reward reference.her.goal_reward; (offline_size, fraction)
+    her: tuple[str, float] | None = None
+    mixing: tuple[int, float] | None = None
 
     def but(self, **changes: Any) -> BufferSpec:
         return replace(self, **changes)

@@ -34,3 +34,8 @@ __all__ = [
 ]
 __all__ += ["ImmutableWriter", "MaxValueWriter", "MemmapStorage", "StorageFileError", "WriteRefusedError"]
 __all__ += ["CompressedStorage"]
+# issue 42: hindsight relabelling, offline-to-online mixing
+from rbcheck.reference.her import HindsightReplayBuffer  # noqa: E402
+from rbcheck.reference.mixing import MixingReplayBuffer  # noqa: E402
+
+__all__ += ["HindsightReplayBuffer", "MixingReplayBuffer"]

@@ -184,6 +184,19 @@ def make_components(spec: BufferSpec, components: Any) -> tuple[Any, Any]:
     return storage, sampler
 
 
+def issue42_buffer(spec: BufferSpec, components: Any, kwargs: dict) -> tuple[type, dict]:
+    """The class and arguments of a hindsight (``spec.her``) or mixing (``spec.mixing``) buffer."""
+    if spec.her is not None and spec.mixing is not None:
+        raise ValueError(f"spec.her={spec.her!r} with spec.mixing={spec.mixing!r}, but should be one of them")
+    if spec.her is not None:
+        strategy, ratio = spec.her
+        return components.HindsightReplayBuffer, dict(kwargs, her_strategy=strategy, her_ratio=ratio)
+    from rbcheck.reference.mixing import offline_rows
+
+    size, fraction = spec.mixing
+    return components.MixingReplayBuffer, dict(kwargs, offline=offline_rows(size), offline_fraction=fraction)
+
+
 def make_storage(spec: BufferSpec, components: Any) -> Any:
     """The storage ``spec.storage`` names (issue 41): "memory", or "memmap" (files of
     ``spec.scratch_dir``; ``spec.reopen``: the files a closed buffer left there)."""
@@ -300,6 +313,8 @@ def buffer_adapter(
         writer = make_writer(spec, parts)  # issue 41: storages and writers
         if writer is not None:
             kwargs["writer"] = writer
+        if spec.her is not None or spec.mixing is not None:  # issue 42: hindsight relabelling, mixing
+            cls, kwargs = issue42_buffer(spec, parts, kwargs)
         buffer = cls(spec.capacity, **kwargs)
         if spec.reopen:
             from rbcheck.reference.memmap_reopen import reopened

@@ -60,6 +60,7 @@ def spec_capabilities(spec: BufferSpec) -> tuple[str, ...]:
         needed.append(spec.storage)
     if spec.writer in ("max_value", "immutable"):
         needed.append(f"{spec.writer}_writer")
+    needed += [name for name in ("her", "mixing") if getattr(spec, name) is not None]  # issue 42
     return tuple(needed)
 
 

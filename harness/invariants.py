@@ -295,6 +295,25 @@ CATALOGUE: tuple[Invariant, ...] = (
         "its law says (the spec's, or the declared `Conventions.replacement`)",
         properties=("test_replacement::test_samplers_draw_with_or_without_replacement_as_declared",),
     ),
+    # issue 42: served replay, Reverb's table model (reference/served_table.py, selectors.py,
+    # rate_limiter.py)
+    Invariant(
+        "served_selection",
+        statement="a served table draws and drops items in its selectors' declared order (fifo, lifo, "
+        "min_heap, max_heap; ties to the least recently inserted) and an item leaves on its "
+        "`max_times_sampled`-th draw",
+        properties=("test_served_selection::test_selectors_draw_in_declared_order",
+                    "test_served_selection::test_an_item_leaves_after_max_times_sampled_draws"),
+    ),
+    Invariant(
+        "rate_limiter",
+        statement="a rate limiter admits inserts and samples only by Reverb's rule (no sample before "
+        "`min_size_to_sample`, samples-per-insert inside its error buffer), from one thread or many; a "
+        "refused call times out changing nothing, and a waiting call is admitted once room is made",
+        properties=("test_rate_limiter::test_calls_are_admitted_by_the_rule",
+                    "test_rate_limiter::test_threads_are_admitted_within_the_rule",
+                    "test_rate_limiter::test_a_waiting_call_is_admitted_when_room_is_made"),
+    ),
 )
 
 CATALOGUE += (  # issue 41: storages and writers of the field (reference/memmap_storage.py,

@@ -295,6 +295,14 @@ CATALOGUE: tuple[Invariant, ...] = (
         "its law says (the spec's, or the declared `Conventions.replacement`)",
         properties=("test_replacement::test_samplers_draw_with_or_without_replacement_as_declared",),
     ),
+    Invariant("slice_samplers", statement="slices without replacement draw every valid start once per epoch; "
+              "prioritized slices draw a start by its own step's `(p + eps) ** alpha`; no slice leaves its "
+              "trajectory or crosses the write cursor", properties=tuple(f"test_slice_samplers::test_{t}" for t in (
+                  "slice_epochs_draw_every_valid_start_once", "prioritized_slice_starts_follow_the_start_priorities"))),
+    Invariant("staleness_weighting", statement="a staleness-aware sampler draws eligible rows with probability "
+              "`1/(s+1)` normalised, independently, from the buffer's generator; none eligible: an error",
+              properties=tuple(f"test_staleness::test_{t}" for t in ("staleness_draws_follow_the_declared_weighting",
+                               "no_eligible_row_is_an_error", "staleness_draws_replay_from_the_seed"))),
     # issue 42: served replay, Reverb's table model (reference/served_table.py, selectors.py,
     # rate_limiter.py)
     Invariant(

@@ -46,7 +46,7 @@ from tensordict import TensorDictBase
 
 from rbcheck.harness.buffer_protocol import BufferUnderTest
 from rbcheck.harness.her_laws import check_hindsight
-from rbcheck.harness.sampler_laws import check_replacement
+from rbcheck.harness.sampler_laws import check_replacement, check_sampler_rules
 
 #: Capability names an adapter may declare.
 CAPABILITIES = frozenset(
@@ -72,6 +72,9 @@ CAPABILITIES = frozenset(
         "consuming",  # spec.sampler="consuming": max_sample_count draws per row, consumed slots rewritten first
         "iteration",  # iterate(): the batches of repeated sample() (one epoch without replacement)
         "prefetch",  # spec.prefetch=N: the same samples as without prefetching
+        "slice_without_replacement",  # spec.sampler="slice_without_replacement": epochs of slice starts
+        "prioritized_slice",  # spec.sampler="prioritized_slice": slice starts by their step's priority
+        "staleness",  # spec.sampler="staleness": rows weighted 1/(staleness+1), spec.max_staleness; set_consumer_version
         # storages and writers (issue 41; reference/memmap_storage.py, max_value_writer.py, writer.py)
         "memmap",  # spec.storage="memmap": rows in files of spec.scratch_dir only; close() and spec.reopen
         "max_value_writer",  # spec.writer="max_value": holds the top-capacity rows by spec.value_key
@@ -236,6 +239,8 @@ class Conventions:
       windows over the held rows.
     * ``replacement``: sampler -> how it draws, where it differs from the
       spec's law (``harness/sampler_laws.py``: the laws and the check).
+    * ``sampler_rules``: rule -> value where a sampler's rule differs from the
+      spec's (``sampler_laws.SAMPLER_RULES``: ``slice_epoch``, ``epoch_on_growth``).
     * ``notes``: convention name -> one line citing the library's source or
       docs; shown in the report. ``"param_ranges.eps"`` (say) annotates one
       declared range; ``"param_ranges"`` every declared range without its own.
@@ -260,6 +265,7 @@ class Conventions:
     terminal_next_obs: str = "final"
     eviction: str = "ring"
     replacement: Mapping[str, str] = field(default_factory=dict)
+    sampler_rules: Mapping[str, str] = field(default_factory=dict)
     hindsight: Mapping[str, str] = field(default_factory=dict)  # issue 42: harness/her_laws.py
 
     def __post_init__(self) -> None:
@@ -293,6 +299,7 @@ class Conventions:
                 f"Conventions.positive_priorities={self.positive_priorities!r}, but should be True or False"
             )
         check_replacement(self.replacement)
+        check_sampler_rules(self.sampler_rules)
         check_hindsight(self.hindsight)
         unknown = set(self.param_ranges) - set(SPEC_PARAM_RANGES)
         if unknown:
@@ -425,6 +432,7 @@ class BufferSpec:
     shuffle: bool = True
     max_sample_count: int = 1
     prefetch: int = 0
+    max_staleness: int = -1  # "staleness": rows staler than this are never drawn (-1: no gate)
     #: Issue 41 (capabilities "memmap", "max_value_writer", "immutable_writer"):
     #: "memory", "compressed" (capability "compressed": rows kept compressed,
     #: reference/compressed_storage.py) or "memmap" (rows in files of ``scratch_dir``, a str path, and

@@ -29,7 +29,38 @@ SPEC_REPLACEMENT: Mapping[str, str] = {
     "slice": "with",
     "without_replacement": "without",
     "consuming": "without_in_batch",
+    "slice_without_replacement": "without",  # slice starts (reference/slice_without_replacement_sampler.py)
+    "prioritized_slice": "with",
+    "staleness": "with",
 }
+
+
+#: Rules of a sampler a library may declare otherwise (``Conventions.sampler_rules``): rule ->
+#: its values, the spec's first. ``slice_epoch``: what a slice epoch without replacement
+#: covers once: every valid slice start (spec), or every eligible trajectory once (one slice
+#: each, its start drawn within it). ``epoch_on_growth``: a write that adds rows mid-epoch
+#: (without_replacement): the epoch keeps its permutation (spec) or the next sample begins a
+#: new one over the rows held then. ``prefetch_batches``: a prefetching buffer samples batches
+#: of any size (spec), or only of its constructor's ``batch_size``.
+SAMPLER_RULES: Mapping[str, tuple[str, ...]] = {
+    "slice_epoch": ("starts", "trajectories"),
+    "epoch_on_growth": ("keep", "restart"),
+    "prefetch_batches": ("any_size", "constructor_size"),
+}
+
+
+def check_sampler_rules(declared: Mapping[str, str]) -> None:
+    """ValueError unless ``declared`` maps rules of :data:`SAMPLER_RULES` to their values."""
+    bad = ({k: v for k, v in declared.items() if v not in SAMPLER_RULES.get(k, ())}
+           if isinstance(declared, Mapping) else declared)
+    if bad:
+        raise ValueError(f"Conventions.sampler_rules={bad!r}, but should map rules to values among "
+                         f"{ {k: list(v) for k, v in SAMPLER_RULES.items()} }")
+
+
+def sampler_rule(conventions, rule: str) -> str:
+    """The value of ``rule`` under ``conventions``: the declared one, else the spec's."""
+    return conventions.sampler_rules.get(rule, SAMPLER_RULES[rule][0])
 
 
 def check_replacement(declared: Mapping[str, str]) -> None:

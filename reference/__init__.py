@@ -33,6 +33,12 @@ __all__ = [
     "place_policy", "require_accelerator", "save_checkpoint",
 ]
 __all__ += ["ImmutableWriter", "MaxValueWriter", "MemmapStorage", "StorageFileError", "WriteRefusedError"]
+# issue 40: slice epochs, prioritized slices, staleness
+from rbcheck.reference.prioritized_slice_sampler import PrioritizedSliceSampler  # noqa: E402
+from rbcheck.reference.slice_without_replacement_sampler import SliceWithoutReplacementSampler  # noqa: E402
+from rbcheck.reference.staleness_sampler import StalenessSampler  # noqa: E402
+
+__all__ += ["PrioritizedSliceSampler", "SliceWithoutReplacementSampler", "StalenessSampler"]
 __all__ += ["CompressedStorage"]
 # issue 42: hindsight relabelling, offline-to-online mixing
 from rbcheck.reference.her import HindsightReplayBuffer  # noqa: E402

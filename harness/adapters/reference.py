@@ -31,7 +31,8 @@ from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec, Conventi
 #: Components a spec is built from; a variant may replace any of them.
 COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler",
                    "WithoutReplacementSampler", "ConsumingSampler", "ConsumingWriter",
-                   "MemmapStorage", "MaxValueWriter", "ImmutableWriter", "CompressedStorage")
+                   "MemmapStorage", "MaxValueWriter", "ImmutableWriter", "CompressedStorage",
+                   "SliceWithoutReplacementSampler", "PrioritizedSliceSampler", "StalenessSampler")
 
 
 def _reference_components() -> SimpleNamespace:
@@ -141,6 +142,10 @@ class ShapedBuffer:
     def iterate(self):
         return iter(self.buffer)
 
+    # staleness (issue 40): the learner's version, against which each row's staleness counts
+    def set_consumer_version(self, version: int) -> None:
+        _attr(self.buffer, "sampler").set_consumer_version(version)
+
     # edits and disk storages (issue 41)
     def set(self, index, rows) -> None:
         self.buffer.set(index, rows)
@@ -176,10 +181,12 @@ def make_components(spec: BufferSpec, components: Any) -> tuple[Any, Any]:
         sampler = components.WithoutReplacementSampler(drop_last=spec.drop_last, shuffle=spec.shuffle)
     elif spec.sampler == "consuming":
         sampler = components.ConsumingSampler(spec.capacity, spec.max_sample_count)
+    elif spec.sampler in ("slice_without_replacement", "prioritized_slice", "staleness"):  # issue 40
+        sampler = issue40_sampler(spec, components)
     else:
         raise ValueError(
             f"spec.sampler={spec.sampler!r}, but should be 'random', 'prioritized', 'slice', "
-            f"'without_replacement' or 'consuming'"
+            f"'without_replacement', 'consuming', 'slice_without_replacement', 'prioritized_slice' or 'staleness'"
         )
     return storage, sampler
 
@@ -195,6 +202,17 @@ def issue42_buffer(spec: BufferSpec, components: Any, kwargs: dict) -> tuple[typ
 
     size, fraction = spec.mixing
     return components.MixingReplayBuffer, dict(kwargs, offline=offline_rows(size), offline_fraction=fraction)
+
+
+def issue40_sampler(spec: BufferSpec, components: Any) -> Any:
+    """The slice-epoch, prioritized-slice or staleness sampler ``spec`` names."""
+    slices = dict(num_slices=spec.num_slices, slice_len=spec.slice_len, episode_key=spec.episode_key,
+                  strict_length=spec.strict_length)
+    if spec.sampler == "slice_without_replacement":
+        return components.SliceWithoutReplacementSampler(**slices, drop_last=spec.drop_last, shuffle=spec.shuffle)
+    if spec.sampler == "prioritized_slice":
+        return components.PrioritizedSliceSampler(spec.capacity, spec.alpha, spec.beta, spec.eps, **slices)
+    return components.StalenessSampler(spec.max_staleness)
 
 
 def make_storage(spec: BufferSpec, components: Any) -> Any:

@@ -44,7 +44,8 @@ def capability_skip_reason(adapter: Adapter, capabilities: tuple[str, ...]) -> s
 def spec_capabilities(spec: BufferSpec) -> tuple[str, ...]:
     """Capabilities a :class:`BufferSpec` needs to be built."""
     needed = []
-    if spec.sampler in ("random", "prioritized", "slice", "without_replacement", "consuming"):
+    if spec.sampler in ("random", "prioritized", "slice", "without_replacement", "consuming",
+                        "slice_without_replacement", "prioritized_slice", "staleness"):
         needed.append(spec.sampler)
     if spec.prefetch:
         needed.append("prefetch")

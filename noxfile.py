@@ -41,6 +41,7 @@ SUBPROCESS_LANE = (
     "tests/harness/test_parallel_validate.py",
     "tests/harness/test_readme_example.py",
     "tests/harness/test_no_false_pass.py",
+    "tests/harness/test_report_browser.py",
 )
 #: Dependency groups of the third-party buffers validate reports on (the groups of the records
 #: of validate's main environment, in their order); never needed by the tests session.
@@ -215,7 +216,8 @@ def validate(session: nox.Session) -> None:
     implementation (TorchRL included; `nox -s validate -- NAME ...` for some),
     each environment of VALIDATE_ENVS in turn (the others first, then this
     one), implementations in parallel within each; the parts merged into
-    reports/conformance.md and .json. Fails only when the reference, a variant
+    reports/conformance.md, .json and .html, and the compliance page
+    reports/compliance.md and .html (library x invariant). Fails only when the reference, a variant
     or the example fails, or when a column did not run or its adapter did
     not load (every library is installed here): third parties are reported."""
     if not validate_in(session, "main"):

@@ -1,18 +1,21 @@
 """The ``rbcheck`` command.
 
-    rbcheck validate IMPL [IMPL ...] [--profile ci] [--out DIR]
+    rbcheck validate IMPL [IMPL ...] [--profile ci] [--out DIR] [--html DIR]
                      [--only PROPERTY ...] [--known-failures FILE]
     rbcheck validate --all [--third-party-informational] [--jobs N] ...
     rbcheck validate NAME ... --parts DIR     (then: rbcheck report --merge DIR)
-    rbcheck report --merge DIR [--impl NAME ...] [--out DIR] ...
+    rbcheck report --merge DIR [--impl NAME ...] [--out DIR] ...   (+ compliance.md/.html)
     rbcheck list
 
 ``IMPL`` is a built-in name (``rbcheck list`` prints them) or
 ``pkg.module:factory`` importable from the working directory. Each runs
 the conformance suite in its own pytest subprocess, isolated from the
 working directory's pytest configuration; one line per property is printed
-as it finishes, then the report (property x implementation). ``--out DIR``
-also writes ``DIR/conformance.md`` and ``DIR/conformance.json``.
+as it finishes, then the report: the verdict and the failures first (each
+with its repro), the results by behaviour, the skips folded by reason.
+``--out DIR`` also writes ``DIR/conformance.md``, ``.json`` and ``.html`` (a
+self-contained page: a filter by status, each failure's repro ready to copy,
+a plot of every distributional check); ``--html DIR`` writes the page alone.
 ``--jobs N`` runs N implementations at once, each in its own pytest worker
 process. ``--parts DIR`` writes each implementation's result to DIR (one
 JSON file each) for ``rbcheck report --merge DIR``, which builds one report
@@ -60,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                           help="device of the buffers under test: cpu (default) or cuda[:N]; a device the "
                           "adapter does not declare, or that this machine lacks, is a usage error (exit 2)")
     validate.add_argument("--out", metavar="DIR", default=None,
-                          help="write the report to DIR/conformance.md and DIR/conformance.json")
+                          help="write the report to DIR/conformance.md, .json and .html")
+    validate.add_argument("--html", metavar="DIR", default=None,
+                          help="write the report's page to DIR/conformance.html (static, self-contained)")
     validate.add_argument("--only", action="append", default=[], metavar="PROPERTY",
                           help="run only this property (id <file>::<test>, see `rbcheck list`; repeatable)")
     validate.add_argument("--known-failures", metavar="FILE", default=None,
@@ -166,6 +171,7 @@ def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         done(result)
 
     out = Path(args.out) if args.out else None
+    html = Path(args.html) if args.html else None
     must_load = set(names) if args.must_load else set()
     try:
         with _signals_interrupt(), tempfile.TemporaryDirectory(prefix="rbcheck-") as tmp:
@@ -182,9 +188,9 @@ def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             for n in names]
         print(f"[rbcheck] interrupted by {signame}: the runs under way were stopped; the report below is partial "
               f"(exit 2)", file=sys.stderr, flush=True)
-        conclude(results, informational=informational, out=out, must_load=must_load)
+        conclude(results, informational=informational, out=out, must_load=must_load, html=html)
         return 2
-    return conclude(results, informational=informational, out=out, must_load=must_load)
+    return conclude(results, informational=informational, out=out, must_load=must_load, html=html)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -71,10 +72,14 @@ def test_a_passing_builtin_exits_zero_with_progress_and_report_files(project):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"[rbcheck] example {UNIFORM}: ")]
     assert line.endswith(" pass"), proc.stderr  # "<n> pass": every parametrization passed
-    assert "test_sampling_distributions.py::test_uniform_sampling_matches_closed_form" in proc.stdout
+    # the passes, by behaviour (the catalogue's invariant of the property), and each row in the markdown
+    assert re.search(r"\n  sampling_distribution +4 pass\n", proc.stdout), proc.stdout
     report = json.loads((project / "out" / "conformance.json").read_text())
     assert report["order"] == ["example"]
-    assert (project / "out" / "conformance.md").read_text().startswith("# Conformance report")
+    markdown = (project / "out" / "conformance.md").read_text()
+    assert markdown.startswith("# Conformance report")
+    assert "`test_sampling_distributions.py::test_uniform_sampling_matches_closed_form[7-5]` | pass |" in markdown
+    assert (project / "out" / "conformance.html").read_text().startswith("<!doctype html>")
 
 
 def test_a_users_failing_module_exits_non_zero_unless_declared(project):

@@ -38,7 +38,6 @@ import pytest
 
 import rbcheck
 import rbcheck.harness
-
 from rbcheck.harness.adapters import load_adapter
 from rbcheck.harness.plugin import context, profiles, results
 from rbcheck.harness.plugin.known_failures import (

@@ -80,10 +80,14 @@ CAPABILITIES = frozenset(
         "max_value_writer",  # spec.writer="max_value": holds the top-capacity rows by spec.value_key
         "immutable_writer",  # spec.writer="immutable": every write and edit refused, nothing changed
         "edit",  # set(index, rows): edits held rows in place, nothing else changes
+        # served replay, Reverb's model (issue 42; harness/adapters/served.py): extend/sample take timeout=
+        "selector",  # spec.sampler "fifo"/"lifo"/"min_heap"/"max_heap" and spec.remover: the declared order
+        "max_times_sampled",  # spec.max_times_sampled=k: an item leaves after its k-th draw
+        "rate_limiter",  # spec.rate_limiter: calls admitted by Reverb's rule, from any thread; TimeoutError
+        "compressed",  # spec.storage="compressed": rows kept compressed, read back bit for bit (any dtype/shape)
         # hindsight relabelling, offline-to-online mixing (issue 42; reference/her.py, mixing.py, harness/her_laws.py)
         "her",  # spec.her=(strategy, ratio): a sampled row relabelled with a goal of its own finished episode
         "mixing",  # spec.mixing=(offline_size, fraction): a fixed offline dataset beside the online ring
-        "compressed",  # spec.storage="compressed": rows kept compressed, read back bit for bit (any dtype/shape)
     }
 )
 
@@ -444,6 +448,10 @@ class BufferSpec:
     reopen: bool = False
     writer: str = "round_robin"
     value_key: str = "value"
+    #: Issue 42, served tables (harness/adapters/served.py): sampler/remover "fifo"|"lifo"|"min_heap"|"max_heap"
+    remover: str = "fifo"
+    max_times_sampled: int = 0
+    rate_limiter: tuple[float, int, float, float] | None = None  # (spi, min_size, min_diff, max_diff)
     #: Issue 42 ("her", "mixing"): (strategy, ratio), reward reference.her.goal_reward; (offline_size, fraction)
     her: tuple[str, float] | None = None
     mixing: tuple[int, float] | None = None

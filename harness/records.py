@@ -55,6 +55,7 @@ _SB3 = {"groups": ("sb3",), "libraries": ("stable-baselines3",)}
 _FLASHBAX = {"groups": ("flashbax",), "libraries": ("flashbax",)}
 _RLLIB = {"groups": ("rllib",), "libraries": ("RLlib",)}
 _RLOX = {"groups": ("rlox",), "libraries": ("rlox",)}
+_REVERB = {"groups": ("reverb",), "env": "reverb", "libraries": ("Reverb",)}  # TensorFlow 2.15: its own env
 _A = "rbcheck.harness.adapters."
 
 
@@ -125,6 +126,12 @@ RECORDS: dict[str, Record] = _records(
     Record("d3rlpy", _A + "d3rlpy:d3rlpy_adapter", False,
            "d3rlpy's ReplayBuffer(FIFOBuffer), in a validate environment of its own", groups=("d3rlpy",),
            env="d3rlpy", libraries=("d3rlpy",)),
+    Record("reverb", _A + "reverb:reverb_adapter", False,
+           "DeepMind Reverb's served table, Uniform with MinSize (a local server)", **_REVERB),
+    Record("reverb-prioritized", _A + "reverb:reverb_prioritized_adapter", False,
+           "DeepMind Reverb's served table, Prioritized with SampleToInsertRatio", **_REVERB),
+    Record("reverb-queue", _A + "reverb:reverb_queue_adapter", False,
+           "DeepMind Reverb's served table, Fifo/Lifo/heap selectors and Queue", **_REVERB),
     Record("rlox", _A + "rlox:rlox_adapter", False, "rlox's uniform ReplayBuffer (Rust)", **_RLOX),
     Record("rlox-per", _A + "rlox:rlox_per_adapter", False, "rlox's PrioritizedReplayBuffer (Rust)", **_RLOX),
     Record("rlox-sequence", _A + "rlox:rlox_sequence_adapter", False,

@@ -40,6 +40,10 @@ from rbcheck.reference.staleness_sampler import StalenessSampler  # noqa: E402
 
 __all__ += ["PrioritizedSliceSampler", "SliceWithoutReplacementSampler", "StalenessSampler"]
 __all__ += ["CompressedStorage"]
+# issue 42: served replay (Reverb's table model)
+from rbcheck.reference.served_table import RateLimiterTimeout, ServedTable  # noqa: E402
+
+__all__ += ["RateLimiterTimeout", "ServedTable"]
 # issue 42: hindsight relabelling, offline-to-online mixing
 from rbcheck.reference.her import HindsightReplayBuffer  # noqa: E402
 from rbcheck.reference.mixing import MixingReplayBuffer  # noqa: E402

@@ -32,7 +32,8 @@ from rbcheck.harness.protocol import CAPABILITIES, Adapter, BufferSpec, Conventi
 COMPONENT_NAMES = ("TensorStorage", "RandomSampler", "PrioritizedSampler", "SliceSampler",
                    "WithoutReplacementSampler", "ConsumingSampler", "ConsumingWriter",
                    "MemmapStorage", "MaxValueWriter", "ImmutableWriter", "CompressedStorage",
-                   "SliceWithoutReplacementSampler", "PrioritizedSliceSampler", "StalenessSampler")
+                   "SliceWithoutReplacementSampler", "PrioritizedSliceSampler", "StalenessSampler",
+                   "HindsightReplayBuffer", "MixingReplayBuffer")
 
 
 def _reference_components() -> SimpleNamespace:
@@ -191,6 +192,17 @@ def make_components(spec: BufferSpec, components: Any) -> tuple[Any, Any]:
     return storage, sampler
 
 
+def issue40_sampler(spec: BufferSpec, components: Any) -> Any:
+    """The slice-epoch, prioritized-slice or staleness sampler ``spec`` names."""
+    slices = dict(num_slices=spec.num_slices, slice_len=spec.slice_len, episode_key=spec.episode_key,
+                  strict_length=spec.strict_length)
+    if spec.sampler == "slice_without_replacement":
+        return components.SliceWithoutReplacementSampler(**slices, drop_last=spec.drop_last, shuffle=spec.shuffle)
+    if spec.sampler == "prioritized_slice":
+        return components.PrioritizedSliceSampler(spec.capacity, spec.alpha, spec.beta, spec.eps, **slices)
+    return components.StalenessSampler(spec.max_staleness)
+
+
 def issue42_buffer(spec: BufferSpec, components: Any, kwargs: dict) -> tuple[type, dict]:
     """The class and arguments of a hindsight (``spec.her``) or mixing (``spec.mixing``) buffer."""
     if spec.her is not None and spec.mixing is not None:
@@ -202,17 +214,6 @@ def issue42_buffer(spec: BufferSpec, components: Any, kwargs: dict) -> tuple[typ
 
     size, fraction = spec.mixing
     return components.MixingReplayBuffer, dict(kwargs, offline=offline_rows(size), offline_fraction=fraction)
-
-
-def issue40_sampler(spec: BufferSpec, components: Any) -> Any:
-    """The slice-epoch, prioritized-slice or staleness sampler ``spec`` names."""
-    slices = dict(num_slices=spec.num_slices, slice_len=spec.slice_len, episode_key=spec.episode_key,
-                  strict_length=spec.strict_length)
-    if spec.sampler == "slice_without_replacement":
-        return components.SliceWithoutReplacementSampler(**slices, drop_last=spec.drop_last, shuffle=spec.shuffle)
-    if spec.sampler == "prioritized_slice":
-        return components.PrioritizedSliceSampler(spec.capacity, spec.alpha, spec.beta, spec.eps, **slices)
-    return components.StalenessSampler(spec.max_staleness)
 
 
 def make_storage(spec: BufferSpec, components: Any) -> Any:
@@ -311,6 +312,10 @@ def buffer_adapter(
         return SimpleNamespace(**merged)
 
     def make(spec: BufferSpec) -> ShapedBuffer:
+        from rbcheck.harness.adapters.served import served_buffer, served_spec
+
+        if served_spec(spec):  # issue 42: a served table (Reverb's model)
+            return served_buffer(spec, components)
         cls = resolve_cls()
         parts = resolve_components()
         storage, sampler = make_components(spec, parts)

@@ -61,6 +61,14 @@ def spec_capabilities(spec: BufferSpec) -> tuple[str, ...]:
         needed.append(spec.storage)
     if spec.writer in ("max_value", "immutable"):
         needed.append(f"{spec.writer}_writer")
+    if spec.sampler in ("fifo", "lifo", "min_heap", "max_heap") or spec.remover != "fifo":  # issue 42
+        needed.append("selector")
+    if spec.max_times_sampled:
+        needed.append("max_times_sampled")
+    if spec.rate_limiter is not None:
+        needed.append("rate_limiter")
+    if "random" in needed and ("max_times_sampled" in needed or "rate_limiter" in needed):
+        needed.remove("random")  # a served table's uniform selector is part of those capabilities
     needed += [name for name in ("her", "mixing") if getattr(spec, name) is not None]  # issue 42
     return tuple(needed)
 

@@ -171,6 +171,19 @@ def failures(report: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def known(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """``(impl, test, reason)`` of every known failure: declared, so not
+    gating, but never out of sight."""
+    return [(name, row["id"], cell_text_reason(row["cells"][name]))
+            for name in report["order"] for row in report["rows"]
+            if row["cells"].get(name, {}).get("outcome") == "xfail"]
+
+
+def cell_text_reason(cell: dict[str, Any]) -> str:
+    message = str(cell.get("message", ""))
+    return message[len("known failure: "):] if message.startswith("known failure: ") else message
+
+
 def not_ran(report: dict[str, Any]) -> list[tuple[str, str]]:
     """``(name, why)`` of each implementation that did not run or did not complete."""
     out = []
@@ -251,6 +264,11 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {item['n']}. {item['impl']}  {item['row']['id']}  [{item['group']}]{note}")
             lines.append(f"     {_clip(one_liner(item['cell']), 300)}")
         lines.append("")
+    listed = known(report)
+    if listed:
+        lines.append(f"Known failures ({len(listed)}; declared, not gating):")
+        lines += [f"  {name}  {test}: known failure ({_clip(reason, 200)})" for name, test, reason in listed]
+        lines.append("")
     for name, why in not_ran(report):
         lines.append(f"  {name}: {_clip(why, 300)}")
     lines.append("Implementations:")
@@ -325,6 +343,11 @@ def render_markdown(report: dict[str, Any]) -> str:
             note = " (informational)" if not item["gating"] else ""
             lines.append(f"| [{item['n']}](#failure-{item['n']}) | {item['impl']}{note} | `{item['row']['id']}` "
                          f"| {item['group']} | {_md_escape(_clip(one_liner(item['cell']), 300))} |")
+        lines.append("")
+    listed = known(report)
+    if listed:
+        lines += [f"## Known failures ({len(listed)}; declared, not gating)", ""]
+        lines += [f"- {name} `{test}`: known failure ({_md_escape(reason)})" for name, test, reason in listed]
         lines.append("")
     for name, why in not_ran(report):
         lines.append(f"- **{name}**: {_md_escape(why)}")

@@ -166,13 +166,15 @@ def test_uniform_sampling_matches_closed_form(impl, capacity, written):
         buf.extend(LAYOUT.batch(done, n))
         done += n
     size = min(capacity, written)
-    for schedule in SCHEDULE_ORDER:  # one test id per case: known-failure ids stay as they were
+    # one test id per case, and the message of old ("slot frequencies: chi-square ..."): known-failure
+    # entries stay as they were; the schedule is in the message's call (buf.sample(<its size>))
+    for schedule in SCHEDULE_ORDER:
         counts = _draw_counts(buf, size, trace, schedule=limited_schedule(impl, schedule, "sample_calls"))
         if size == 1:  # one cell: the live-slot check above was the whole test
-            assert_same(f"draws of slot 0 ({schedule})", int(counts[0]), int(counts.sum()), trace)
+            assert_same("draws of slot 0", int(counts[0]), int(counts.sum()), trace)
             continue
         probs = torch.full((size,), 1.0 / size, dtype=torch.float64)
-        assert_chi_square(f"slot frequencies ({schedule})", counts, probs, trace,
+        assert_chi_square("slot frequencies", counts, probs, trace,
                           false_alarm=FALSE_ALARM / len(SCHEDULE_ORDER))
 
 
@@ -246,7 +248,7 @@ def test_prioritized_sampling_matches_closed_form(impl, case):
         return
     for schedule in PRIORITIZED_SCHEDULES:  # one test id per case: known-failure ids stay as they were
         counts = _draw_counts(buf, capacity, trace, schedule=limited_schedule(impl, schedule))
-        assert_chi_square(f"slot frequencies ({schedule})", counts, oracle.probabilities(), trace,
+        assert_chi_square("slot frequencies", counts, oracle.probabilities(), trace,
                           false_alarm=FALSE_ALARM / len(PRIORITIZED_SCHEDULES))
 
 

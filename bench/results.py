@@ -60,8 +60,14 @@ def render(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Data files of docs/results/data/ that a benchmark of their own records and renders
+#: (``python -m bench.<module> --render``), each checked by its own test: not records of this module.
+OWN_RENDERERS = {"add_speed.json": "bench.add_speed", "checkpoint_speed.json": "bench.checkpoint_speed"}
+
+
 def records() -> list[dict]:
-    return [json.loads(path.read_text()) for path in sorted(DATA.glob("*.json"))]
+    return [json.loads(path.read_text()) for path in sorted(DATA.glob("*.json"))
+            if path.name not in OWN_RENDERERS]
 
 
 def page_path(record: dict) -> Path:

@@ -308,3 +308,21 @@ def test_gpu_scripts_run_dry_on_the_cpu(tmp_path):
     profile = json.loads((tmp_path / "gpu_profile.json").read_text())
     assert profile["profile: update_priority"]["wall_median_us"] > 0
     assert profile["profile: sample, generator on the GPU"]["wall_median_us"] > 0
+
+
+def test_pages_of_benchmarks_with_their_own_renderer_are_what_their_data_renders():
+    """docs/results/data/ files that bench.results leaves to their own
+    benchmark (OWN_RENDERERS) are rendered by it exactly as committed."""
+    import importlib
+    import json
+
+    from bench import results
+
+    for name, module in results.OWN_RENDERERS.items():
+        data = results.DATA / name
+        if not data.is_file():
+            continue
+        bench = importlib.import_module(module)
+        page = results.RESULTS / bench.DOC.name if hasattr(bench, "DOC") else None
+        assert page is not None and page.is_file(), f"{module} names no page (DOC), but should render one"
+        assert page.read_text() == bench.render(json.loads(data.read_text())), f"run python -m {module} --render"

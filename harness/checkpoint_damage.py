@@ -3,7 +3,7 @@
 format-independent way to damage a checkpoint directory one file or folder
 at a time; :data:`CONTRADICTIONS`, each an edit of the state in an rbcheck
 checkpoint that makes it contradict itself, re-sealed (:func:`reseal`: the
-checksum and the sha256 recomputed, as anyone can) so that only the state's
+checksum and the tensor file's digest recomputed, as anyone can) so that only the state's
 meaning can refuse it; and :func:`interrupted_save`, a save in a forked
 child killed (or failing) at its k-th filesystem operation
 (:data:`FS_EVENTS`).
@@ -11,7 +11,6 @@ child killed (or failing) at its k-th filesystem operation
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import shutil
@@ -155,7 +154,7 @@ def reseal(ckpt: Path, edit: Callable[[dict, dict], None]) -> bool:
     """Edit the state of the rbcheck checkpoint at ``ckpt`` in place and seal it
     again: ``edit(state, tensors)`` changes the JSON state (``{"tensor": name}``
     in each tensor's place) and the ``{name: tensor}`` of its tensor file; the
-    tensor file is rewritten, its sha256 and ``meta.json``'s checksum
+    tensor file is rewritten, its digest and ``meta.json``'s checksum
     recomputed. False (nothing changed) when ``ckpt`` is not in rbcheck's
     format (another library's checkpoint: no state to edit)."""
     import json
@@ -179,7 +178,7 @@ def reseal(ckpt: Path, edit: Callable[[dict, dict], None]) -> bool:
     edit(meta["state"], tensors)
     blob = dump_tensors(tensors)
     (live / fmt.TENSORS).write_bytes(blob)
-    (live / fmt.META).write_bytes(fmt.encode_meta(meta["state"], hashlib.sha256(blob).hexdigest()))
+    (live / fmt.META).write_bytes(fmt.encode_meta(meta["state"], fmt.digest(blob)))
     return True
 
 

@@ -4,17 +4,22 @@ Contract
 --------
 * ``encode(state) -> (meta bytes, tensor bytes)``: every tensor of the (nested dict / list)
   state goes into one safetensors blob; the rest, with ``{"tensor": name}`` in each tensor's
-  place, into ``meta.json``: plain JSON with ``schema_version``, ``format``, the sha256 of the
-  blob and a checksum of itself (sha256 of its canonical JSON). Non-finite numbers or other
-  objects in the state raise CheckpointError.
+  place, into ``meta.json``: plain JSON with ``schema_version`` (3), ``format``, the XXH3-128
+  digest of the blob (``"xxh3_128": {"tensors.safetensors": <32 hex>}``) and a checksum of
+  itself (XXH3-128 of its canonical JSON). Non-finite numbers or other objects in the state
+  raise CheckpointError. XXH3-128 detects damage, not forgery (nor did sha256: anyone can
+  recompute either; hence ``checkpoint_meaning``).
 * ``decode(meta bytes, tensor bytes) -> state``: the inverse, never unpickling, after checking
-  the schema version, the keys, the checksum, the blob's sha256 and that every tensor is used.
-  Any problem raises ``CheckpointError`` saying what is wrong (``require``, the one check).
+  the schema version, the keys, the checksum, the blob's digest and that every tensor is used.
+  Schema 2 (rbcheck before XXH3: the same state, its digests sha256 under the key ``sha256``)
+  is still read; any other version is refused naming it. Any problem raises
+  ``CheckpointError`` saying what is wrong (``require``, the one check).
 * Both are compositions of steps (``split_state``/``encode_meta``; ``decode_meta``,
-  ``check_digest``, ``load_blob``, ``join_state``) that a faster writer or reader of the same
-  bytes reuses (``rbcheck.variants.checkpoint_stream``).
+  ``hasher``, ``check_digest``, ``load_blob``, ``join_state``) that a faster writer or reader
+  of the same bytes reuses (``rbcheck.variants.checkpoint_stream``, hashing as it goes).
 
-Cost: O(size of the state) time and one extra copy of the tensors in memory.
+Cost: O(size of the state) time (XXH3 hashes at memory speed) and one extra copy of the
+tensors in memory.
 """
 
 from __future__ import annotations
@@ -23,13 +28,27 @@ import hashlib
 import json
 
 import torch
+import xxhash
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as dump_tensors
 
-SCHEMA_VERSION = 2  # 2: no derived state (generations, storage size, inner tree nodes, min tree)
+SCHEMA_VERSION = 3  # 2: no derived state (generations, storage size, inner tree nodes, min tree); 3: XXH3-128
 FORMAT = "rbcheck.ReplayBuffer"
 META, TENSORS = "meta.json", "tensors.safetensors"
-META_KEYS = {"schema_version", "format", "checksum", "sha256", "state"}
+HASHES = {3: ("xxh3_128", xxhash.xxh3_128), 2: ("sha256", hashlib.sha256)}  # version: (meta key, hasher)
+DIGEST_KEY = HASHES[SCHEMA_VERSION][0]
+
+
+def hasher(version: int = SCHEMA_VERSION):
+    """A new streaming hash (``update(bytes-like)``, ``hexdigest()``) of schema ``version``."""
+    return HASHES[version][1]()
+
+
+def digest(data, version: int = SCHEMA_VERSION) -> str:
+    """The hex digest of the bytes-like ``data`` as schema ``version`` records it."""
+    h = hasher(version)
+    h.update(data)
+    return h.hexdigest()
 
 
 class CheckpointError(Exception):
@@ -67,10 +86,10 @@ def _join(obj, tensors: dict, used: set):
     return [_join(v, tensors, used) for v in obj] if isinstance(obj, list) else obj
 
 
-def _checksum(meta: dict) -> str:
-    """sha256 of ``meta`` without its checksum, as canonical JSON."""
+def _checksum(meta: dict, version: int = SCHEMA_VERSION) -> str:
+    """The digest of ``meta`` without its checksum, as canonical JSON."""
     body = {k: v for k, v in meta.items() if k != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+    return digest(json.dumps(body, sort_keys=True, allow_nan=False).encode(), version)
 
 
 def split_state(state: dict, contiguous: bool = True) -> tuple:
@@ -81,8 +100,8 @@ def split_state(state: dict, contiguous: bool = True) -> tuple:
 
 
 def encode_meta(plain, digest: str) -> bytes:
-    """``meta.json``'s bytes for the split state ``plain`` and the blob's sha256 ``digest``."""
-    meta = {"schema_version": SCHEMA_VERSION, "format": FORMAT, "sha256": {TENSORS: digest}, "state": plain}
+    """``meta.json``'s bytes for the split state ``plain`` and the blob's ``digest``."""
+    meta = {"schema_version": SCHEMA_VERSION, "format": FORMAT, DIGEST_KEY: {TENSORS: digest}, "state": plain}
     try:
         meta["checksum"] = _checksum(meta)
         return json.dumps(meta, allow_nan=False, indent=1).encode()
@@ -94,31 +113,35 @@ def encode(state: dict) -> tuple[bytes, bytes]:
     """``(meta.json bytes, safetensors bytes)`` for ``state``."""
     plain, tensors = split_state(state)
     blob = dump_tensors(tensors)
-    return encode_meta(plain, hashlib.sha256(blob).hexdigest()), blob
+    return encode_meta(plain, digest(blob)), blob
 
 
 def decode_meta(raw_meta: bytes) -> dict:
     """The checked contents of ``meta.json`` (JSON, schema version, keys, checksum)."""
     try:  # NaN or infinity in meta.json: ValueError from _checksum's allow_nan=False
         meta = json.loads(raw_meta.decode("utf-8"))
-        checksum = _checksum(meta) if isinstance(meta, dict) else None
+        version = meta.get("schema_version") if isinstance(meta, dict) else meta
+        checksum = _checksum(meta, version) if type(version) is int and version in HASHES else None
     except (ValueError, RecursionError) as error:
         raise CheckpointError(f"{META} unreadable ({error}), but should be valid JSON") from None
-    require(isinstance(meta, dict) and meta.get("schema_version") == SCHEMA_VERSION,
-            f"schema_version={meta.get('schema_version') if isinstance(meta, dict) else meta!r:.40}, "
-            f"but should be {SCHEMA_VERSION}")
-    require(set(meta) == META_KEYS and meta["format"] == FORMAT and isinstance(meta["sha256"], dict),
+    require(checksum is not None, f"schema_version={version!r:.40}, but should be {SCHEMA_VERSION} (or 2, "
+            "still read): a checkpoint of another rbcheck version; load it with that version and "
+            "save it from there as plain tensors, or save again from the run that made it")
+    keys = {"schema_version", "format", "checksum", HASHES[version][0], "state"}
+    require(set(meta) == keys and meta["format"] == FORMAT and isinstance(meta[HASHES[version][0]], dict),
             f"{META} keys={sorted(meta)}, format={meta.get('format')!r:.40}, but should be "
-            f"{sorted(META_KEYS)}, {FORMAT!r}")
+            f"{sorted(keys)}, {FORMAT!r}")
     require(meta["checksum"] == checksum, f"{META} checksum={meta['checksum']!r:.80}, but should be "
             f"{checksum} (the file was changed after it was written)")
     return meta
 
 
-def check_digest(meta: dict, digest: str) -> None:
-    """The tensor file's sha256 ``digest`` is the one ``meta`` records."""
-    want = meta["sha256"].get(TENSORS)
-    require(digest == want, f"sha256({TENSORS})={digest}, but should be {want!r:.80}")
+def check_digest(meta: dict, got: str) -> None:
+    """The tensor file's digest ``got`` (of ``hasher(meta["schema_version"])``) is the one
+    ``meta`` records."""
+    key = HASHES[meta["schema_version"]][0]
+    want = meta[key].get(TENSORS)
+    require(got == want, f"{key}({TENSORS})={got}, but should be {want!r:.80}")
 
 
 def load_blob(blob: bytes) -> dict:
@@ -143,5 +166,5 @@ def join_state(meta: dict, tensors: dict) -> dict:
 def decode(raw_meta: bytes, blob: bytes) -> dict:
     """The validated state stored in ``(meta.json bytes, safetensors bytes)``."""
     meta = decode_meta(raw_meta)
-    check_digest(meta, hashlib.sha256(blob).hexdigest())
+    check_digest(meta, digest(blob, meta["schema_version"]))
     return join_state(meta, load_blob(blob))

@@ -1,6 +1,6 @@
 """What a checkpoint's state means: a state no buffer could have saved is refused.
 
-The checksum of ``meta.json`` and the sha256 of the tensor file show that the files are as
+The checksum of ``meta.json`` and the digest of the tensor file show that the files are as
 they were sealed, not who sealed them: anyone can recompute both. So a load also checks the
 state's meaning, against itself and the buffer loaded into, before anything changes.
 

@@ -31,7 +31,9 @@ Contract (the reference's, plus)
   row copies, ~2-3x faster than ``index_select`` here) when it loads.
 * ``state_view()`` is ``state_dict()`` without its clone (the columns as views of the
   rows: what a save streams to disk), and ``load_state_dict`` adopts columns given as
-  ``FreshColumns`` (a checkpoint just read into new memory) instead of cloning them.
+  ``FreshColumns`` (a checkpoint just read into new memory) instead of cloning them; when
+  they are already new interleaved rows (``packed``: a checkpoint read straight into
+  them) they become this storage's rows, nothing moved.
 * ``version`` increases on every write or load; samplers that keep
   bookkeeping about the data use it to notice writes they did not see.
 * ``DeviceWriter(capacity, device)`` is a ``reference.RoundRobinWriter`` whose
@@ -352,10 +354,15 @@ class DeviceStorage(TensorStorage):
         The loaded columns are plain tensors until ``repack`` moves them into
         interleaved rows (the variant buffer calls it once the load is accepted)."""
         self._adopt = isinstance(state, dict) and isinstance(state.get("columns"), FreshColumns)
+        packed = self._adopt and getattr(state["columns"], "packed", False) and self.device.type == "cpu"
         try:
             super().load_state_dict(state, size)
         finally:
             self._adopt = False
+        given = {(v.data_ptr(), v.stride()) for v in state["columns"]} if packed else set()
+        if packed and self.data is not None and all(  # adopted as they were given: our rows
+                (c.data_ptr(), c.stride()) in given for c in columns(self.data).values()):
+            self._packed = self.data
         self._refresh(pack=False)
 
     def _take(self, value: torch.Tensor) -> torch.Tensor:
@@ -374,7 +381,11 @@ class DeviceStorage(TensorStorage):
 
 class FreshColumns(list):
     """The columns of a storage state that nothing else refers to (a checkpoint just read
-    into new memory): ``DeviceStorage.load_state_dict`` takes them without its copy."""
+    into new memory): ``DeviceStorage.load_state_dict`` takes them without its copy.
+    ``packed``: they are the fields of new interleaved rows (``interleaved_columns``),
+    which the storage keeps as its rows (``repack`` has nothing to move)."""
+
+    packed = False
 
 
 def _to_tensordict(tree: dict, batch: torch.Size, device) -> TensorDictBase:

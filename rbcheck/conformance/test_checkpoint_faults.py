@@ -12,7 +12,7 @@ A *contradiction* (``CONTRADICTIONS``) is an rbcheck checkpoint whose state
 was edited into one no buffer could have saved -- fewer rows held than the
 sum tree has priorities for, a max priority below a stored one, an unknown
 key (a cursor, generations or inner tree nodes beside what they derive from)
--- then re-sealed (checksum and sha256 recomputed, as anyone can), so that
+-- then re-sealed (checksum and digest recomputed, as anyone can), so that
 only the state's meaning can refuse it. It must be refused with an error
 naming the field, the buffer as before. Another library's checkpoint format
 has no such edits here: the property is skipped for it, saying so.

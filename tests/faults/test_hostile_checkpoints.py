@@ -11,7 +11,6 @@ hostile writer who knows the format) and the pointer file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -131,7 +130,7 @@ def test_byte_damage_is_refused_or_harmless(pristine, tmp_path, name, data):
     file.write_bytes(bytes(raw))
     outcome = load_outcome(path, pristine[1])
     if name == "tensors.safetensors":
-        assert outcome == "refused"  # its sha256 is checked
+        assert outcome == "refused"  # its digest is checked
 
 
 # --- JSON values ------------------------------------------------------------
@@ -325,7 +324,7 @@ class Payload:
 @pytest.mark.parametrize("kind", ["pickle", "torch.save"])
 def test_a_pickle_in_place_of_the_tensors_never_runs(pristine, tmp_path, kind, monkeypatch):
     """exact: a tensor file replaced by a pickle that runs code -- with its
-    sha256 and the meta checksum recomputed, so only the format can refuse
+    digest and the meta checksum recomputed, so only the format can refuse
     it -- is refused, and nothing is unpickled (pickle and torch.load are
     made to fail loudly during the load)."""
     path = copy(pristine, tmp_path)
@@ -335,7 +334,7 @@ def test_a_pickle_in_place_of_the_tensors_never_runs(pristine, tmp_path, kind, m
     else:
         torch.save({"x": Payload(marker)}, file)
     meta = json.loads((live(path) / "meta.json").read_text())
-    meta["sha256"]["tensors.safetensors"] = hashlib.sha256(file.read_bytes()).hexdigest()
+    meta[checkpoint_format.DIGEST_KEY]["tensors.safetensors"] = checkpoint_format.digest(file.read_bytes())
     meta["checksum"] = checkpoint_format._checksum(meta)
     (live(path) / "meta.json").write_text(json.dumps(meta))
 

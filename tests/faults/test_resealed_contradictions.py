@@ -1,7 +1,7 @@
 """Re-sealed checkpoints whose state contradicts itself are refused (exact;
 issue 39, item 6).
 
-The checksum of ``meta.json`` and the sha256 of the tensor file are no trust
+The checksum of ``meta.json`` and the digest of the tensor file are no trust
 boundary: anyone can recompute them. A checkpoint of a full 8-slot
 prioritized buffer whose ``write_count`` was set to 3 and re-sealed loaded
 as a buffer of 3 rows whose every ``sample`` raised (the leaves of slots it

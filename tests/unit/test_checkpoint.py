@@ -89,7 +89,7 @@ def test_meta_is_plain_json_and_nothing_is_pickled(saved, monkeypatch):
             return all(map(plain, x))
         return x is None or isinstance(x, (bool, int, float, str))
 
-    assert plain(meta) and meta["schema_version"] == 2
+    assert plain(meta) and meta["schema_version"] == 3
     # only what cannot be derived: no generations, no inner nodes, no min tree
     assert meta["state"]["writer"] == {"write_count": meta["state"]["writer"]["write_count"]}
     assert set(meta["state"]["sampler"]) == {"type", "alpha", "beta", "eps", "max_priority", "sum_tree"}
@@ -180,8 +180,8 @@ def edit_meta(**changes):
 @pytest.mark.parametrize(
     "damage, message",
     [
-        (corrupt_tensors, r"sha256\(tensors.safetensors\)=.*, but should be"),
-        (edit_meta(schema_version=1), "schema_version=1, but should be 2"),
+        (corrupt_tensors, r"xxh3_128\(tensors.safetensors\)=.*, but should be"),
+        (edit_meta(schema_version=1), r"schema_version=1, but should be 3 \(or 2, still read\)"),
         (lambda p: (current(p) / "meta.json").write_text("{not json"), "meta.json unreadable"),
         (lambda p: (p / "CURRENT").unlink(), "has no CURRENT file"),
         (lambda p: (p / "CURRENT").write_text("../elsewhere"), "CURRENT='../elsewhere', but should name"),

@@ -3,17 +3,18 @@
 * its files are the reference's, byte for byte, for every sampler and for
   columns of several dtypes, nested keys, interleaved rows and wrapped rings;
 * its reader gives the reference reader's answer on hostile tensor files
-  (the sha256 and meta.json re-signed, so only the safetensors header is
+  (the digest and meta.json re-signed, so only the safetensors header is
   checked): the same state, or the same ``CheckpointError`` message, and a
   refused load leaves the buffer unchanged;
-* a load adopts the fresh columns (no staged clone) and still never writes
-  into the live rows before the whole checkpoint is accepted;
+* a load reads the tensor file once, straight into new interleaved rows, which the
+  storage adopts (no staged clone, no repack), and still never writes into the live
+  rows before the whole checkpoint is accepted;
+* a schema 2 checkpoint (sha256) still loads; another version is refused saying so;
 * the writer's generations filled by slices are the reference's arithmetic.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -87,16 +88,93 @@ def test_large_columns_cross_chunks(tmp_path, monkeypatch):
     assert same(back.state_dict(), buf.state_dict())
 
 
-def test_load_adopts_the_read_columns_and_packs_them(tmp_path):
-    """exact: after a load the columns are the storage's interleaved rows again (one
-    copy from the read memory), and the state is the saved one."""
+def test_load_reads_into_new_rows_and_adopts_them(tmp_path, monkeypatch):
+    """exact: a load reads the tensor file straight into NEW interleaved rows (the live
+    rows untouched until the whole checkpoint is accepted), which the storage then keeps
+    as its rows: nothing is moved after the read (no repack), and the state is the saved one."""
+    from rbcheck.variants.device_storage import DeviceStorage
+
     src = filled("uniform", n=5)
     src.dumps(tmp_path / "ckpt")
     dst = filled("uniform", n=9, seed=3)
-    rows_before = dst.storage.data["obs"].untyped_storage().data_ptr()
+    old = dst.storage.data["obs"]
+    state = checkpoint_stream.read(tmp_path / "ckpt", dst.capacity)
+    assert state["storage"]["columns"].packed
+    assert all(c.stride(0) * c.element_size() == 32 for c in state["storage"]["columns"])  # 32-byte rows
+
+    def moved(self):
+        raise AssertionError("the read rows were copied again")
+
+    monkeypatch.setattr(DeviceStorage, "_pack", moved)
     dst.loads(tmp_path / "ckpt")
     assert same(dst.state_dict(), src.state_dict())
-    assert dst.storage.data["obs"].untyped_storage().data_ptr() == rows_before  # packed into its rows
+    assert dst.storage.data["obs"].untyped_storage().data_ptr() != old.untyped_storage().data_ptr()
+    assert dst.storage._packed is dst.storage.data and dst.storage.data["obs"].stride(0) == 8
+
+
+def test_read_without_a_row_layout_gives_plain_columns(tmp_path):
+    """exact: read without a capacity (a loader whose storage keeps no interleaved rows)
+    gives each column in its own contiguous memory, the reference reader's state."""
+    src = filled("prioritized", n=5)
+    src.dumps(tmp_path / "ckpt")
+    state = checkpoint_stream.read(tmp_path / "ckpt")
+    assert not state["storage"]["columns"].packed
+    assert all(c.is_contiguous() for c in state["storage"]["columns"])
+    assert same(state, checkpoint.read_checkpoint(tmp_path / "ckpt"))
+
+
+def schema_2(path: Path) -> None:
+    """Rewrite the checkpoint at ``path`` as rbcheck before XXH3 wrote it (schema 2: sha256)."""
+    import hashlib
+
+    live = checkpoint.live_dir(path)
+    meta = json.loads((live / "meta.json").read_text())
+    del meta[checkpoint_format.DIGEST_KEY]
+    meta["schema_version"] = 2
+    meta["sha256"] = {"tensors.safetensors": hashlib.sha256((live / "tensors.safetensors").read_bytes()).hexdigest()}
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    meta["checksum"] = hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+    (live / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+@pytest.mark.parametrize("make", ["reference", "variant"])
+def test_a_schema_2_checkpoint_still_loads_bit_for_bit(tmp_path, make):
+    """exact: a checkpoint of rbcheck before XXH3 (schema 2, sha256) loads into both
+    buffers bit for bit; one with its tensor file changed is refused naming sha256."""
+    src = filled("prioritized", n=8)
+    src.dumps(tmp_path / "ckpt")
+    schema_2(tmp_path / "ckpt")
+
+    def new():
+        if make == "reference":
+            buf = ReferenceBuffer(6, sampler=ReferencePrioritized(6, 0.6, 0.4), generator=1)
+            buf.extend(rows(2))
+            return buf
+        return filled("prioritized", n=2, seed=1)
+
+    dst = new()
+    dst.loads(tmp_path / "ckpt")
+    assert same(dst.state_dict(), src.state_dict())
+    tensors = checkpoint.live_dir(tmp_path / "ckpt") / "tensors.safetensors"
+    blob = bytearray(tensors.read_bytes())
+    blob[-1] ^= 1
+    tensors.write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match=r"sha256\(tensors.safetensors\)=.*, but should be"):
+        new().loads(tmp_path / "ckpt")
+
+
+def test_another_schema_version_is_refused_saying_what_to_do(tmp_path):
+    """exact: schema 1 (or a future one) is refused by both readers with the same message,
+    naming the version and what to do."""
+    filled("uniform", n=3).dumps(tmp_path / "ckpt")
+    live = checkpoint.live_dir(tmp_path / "ckpt")
+    meta = json.loads((live / "meta.json").read_text())
+    meta["schema_version"] = 1
+    (live / "meta.json").write_text(json.dumps(meta))
+    assert agree(tmp_path / "ckpt") == "refused"
+    with pytest.raises(CheckpointError, match=r"schema_version=1, but should be 3 \(or 2, still read\): "
+                                              r"a checkpoint of another rbcheck version; load it with"):
+        filled("uniform", n=1).loads(tmp_path / "ckpt")
 
 
 def test_a_late_refusal_leaves_the_rows_unchanged(tmp_path):
@@ -122,11 +200,11 @@ def test_generations_by_slices_are_the_reference_arithmetic():
 
 
 def resigned(path: Path, blob: bytes) -> None:
-    """Replace the tensor file by ``blob`` with meta.json's sha256 and checksum updated."""
+    """Replace the tensor file by ``blob`` with meta.json's digest and checksum updated."""
     live = checkpoint.live_dir(path)
     (live / "tensors.safetensors").write_bytes(blob)
     meta = json.loads((live / "meta.json").read_text())
-    meta["sha256"]["tensors.safetensors"] = hashlib.sha256(blob).hexdigest()
+    meta[checkpoint_format.DIGEST_KEY]["tensors.safetensors"] = checkpoint_format.digest(blob)
     meta["checksum"] = checkpoint_format._checksum(meta)
     (live / "meta.json").write_text(json.dumps(meta))
 
@@ -200,6 +278,8 @@ def edits(blob: bytes):
     yield "short header", blob[:4]
     yield "header past the end", (len(blob)).to_bytes(8, "little") + blob[8:]
     yield "not an object", with_header([1, 2], b"")  # type: ignore[arg-type]
+    yield "data cut short", blob[:-5]
+    yield "header only", with_header(entries, b"")
 
 
 def test_hostile_headers_get_the_references_answer(saved, tmp_path):

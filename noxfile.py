@@ -273,8 +273,9 @@ def thirdparty_env(session: nox.Session, env: str) -> None:
     groups, _ = VALIDATE_ENVS[env]
     install(session, *groups)
     env_default(session, "RBCHECK_PROFILE", "ci")
-    session.run("pytest", *sorted(glob.glob(f"tests/thirdparty/test_{env}_*.py")), "-q", "-p", "no:cacheprovider",
-                "-rxs", *session.posargs)
+    # test_registered_repros.py: every repro of docs/bugs.toml in these files was collected
+    session.run("pytest", *sorted(glob.glob(f"tests/thirdparty/test_{env}_*.py")),
+                "tests/thirdparty/test_registered_repros.py", "-q", "-p", "no:cacheprovider", "-rxs", *session.posargs)
 
 
 @nox.session(requires=[f"thirdparty_env(env='{env}')" for env in VALIDATE_ENVS if env != "main"])

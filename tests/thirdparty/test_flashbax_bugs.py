@@ -72,3 +72,17 @@ def test_new_item_gets_the_max_recorded_priority_exactly():
 
     stored = np.asarray(sum_tree.get_batch(state.sum_tree_state, jnp.array([0, 1])))
     assert stored.tolist() == [7.25, 7.25], f"stored {stored.tolist()}"
+
+
+@bug("set_priorities checks nothing (buffers/prioritised_trajectory_buffer.py:740-776): NaN, infinite and "
+     "negative priorities are stored, and a NaN, or a negative p ** alpha, makes the root NaN and every "
+     "probability with it")
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0], ids=["nan", "inf", "negative"])
+def test_bad_priority_is_refused(bad):
+    buffer, state = item_per(4, 4)
+    try:
+        state = buffer.set_priorities(state, jnp.array([0]), jnp.array([bad], jnp.float32))
+    except Exception:  # noqa: BLE001 - refused: what the spec asks
+        return
+    raise AssertionError(f"set_priorities(index=[0], priority=[{bad}]) was taken (root "
+                         f"{float(state.sum_tree_state.nodes[0])}), but should be refused")

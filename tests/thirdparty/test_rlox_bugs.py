@@ -94,3 +94,27 @@ def test_truncated_cold_file_is_a_clear_error(tmp_path):
         assert "cold.bin" in str(err), f"error={err!s}, but should name the file"
         return
     raise AssertionError("push and sample after the cold file was truncated returned, but should raise")
+
+
+@bug("an I/O error of the cold file (a full disk) is raised as 'I/O error: File too large (os error 27)': "
+     "mmap.rs:349-357 hands the std::io::Error on with ?, adding no path, so the error names neither the "
+     "file nor its directory")
+def test_full_disk_error_names_the_cold_file(tmp_path):
+    from rbcheck.harness.disk_checks import disk_full_reason, file_size_limit
+
+    if disk_full_reason():
+        pytest.skip(disk_full_reason())
+    path = tmp_path / "cold.bin"
+    try:
+        with file_size_limit(64 * 1024):  # a full disk for this process: no file past 64 KiB
+            buf = call("MmapReplayBuffer(hot 1, total 256, obs 1024)",
+                       lambda: rlox.MmapReplayBuffer(1, 256, 1024, 1, str(path)))
+            for i in range(256):
+                call(f"push of row {i}", lambda: buf.push(np.zeros(1024, np.float32), ACTION, 0.0, False, False))
+    except AssertionError:
+        raise
+    except Exception as err:  # noqa: BLE001 - refused: the error must say which file
+        assert "cold.bin" in str(err) or str(tmp_path) in str(err), \
+            f"error={err!s}, but should name the cold file or its directory [{path}]"
+        return
+    raise AssertionError(f"256 rows of 4 KiB written under a 64 KiB file limit, but the write should be refused [{path}]")

@@ -2,7 +2,7 @@
  * update_priority: 4096 random leaves of a 2^20-leaf sum tree and min tree, each
  * leaf written, then its ancestors up to the root recomputed (cpprb's algorithm,
  * the same for both widths), 32 MiB written between updates, the two widths
- * alternating which goes first, medians of 300 (docs/benchmarks.md, "third run").
+ * alternating which goes first, medians of 300 (the third peers run of 2026-11-27, in the git history of docs/benchmarks.md).
  *
  *     cc -O3 bench/tree_precision.c -o tree_precision && ./tree_precision */
 #include <stdio.h>

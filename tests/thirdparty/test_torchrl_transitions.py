@@ -1,4 +1,4 @@
-"""torchrl 0.14.1 ``MultiStep`` (invariant 10, docs/findings.md R1): a
+"""torchrl 0.14.1 ``MultiStep`` (invariant 10, docs/bugs.toml RM1, formerly R1): a
 strict xfail stating the spec's behaviour. Skipped where torchrl is not
 installed: ``nox -s thirdparty``."""
 

@@ -480,10 +480,10 @@ class Adapter:
     known_failures: Path | None = None
     #: Documented rules that differ from the spec (the default: none).
     conventions: Conventions = field(default_factory=Conventions)
-    #: The string ``load_adapter`` built it from (a built-in name or
-    #: ``"pkg.module:factory"``): what a repro snippet loads. Set by
-    #: ``load_adapter``; empty for an adapter built by hand.
+    #: The string ``load_adapter`` built it from (a built-in name or ``"pkg.module:factory"``): what a
+    #: repro snippet loads. Set by ``load_adapter``; empty for an adapter built by hand.
     source: str = ""
+    raw: Callable[[BufferSpec], Any] | None = None  # the library's own calls to time: harness/raw_calls.py
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - CAPABILITIES

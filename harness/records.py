@@ -23,7 +23,8 @@ from typing import NamedTuple
 
 
 class BenchPeer(NamedTuple):
-    """A peer of ``python -m bench.peers`` (a driver class there of this ``name``)."""
+    """A peer of ``python -m bench.peers``: the raw face (``Adapter.raw``, harness/raw_calls.py) of
+    its record's adapter, or of the built-in ``builtin`` names, timed under this ``name``."""
 
     name: str
     #: None: timed in the main run (reports/peers.json), beside the other such peers; else
@@ -32,6 +33,8 @@ class BenchPeer(NamedTuple):
     part: str | None = None
     #: further options of that run (a part's peers share one run: their options are joined)
     options: tuple[str, ...] = ()
+    #: the built-in whose adapter's raw face is timed (None: the record's own)
+    builtin: str | None = None
 
 
 class Record(NamedTuple):
@@ -112,7 +115,8 @@ RECORDS: dict[str, Record] = _records(
     Record("torchrl-offline-to-online", _A + "torchrl_her:torchrl_offline_to_online_adapter", False,
            "TorchRL's OfflineToOnlineReplayBuffer (issue 42)", **_TORCHRL),
     Record("flashbax", _A + "flashbax:flashbax_adapter", False, "flashbax's flat buffer, on JAX's CPU backend",
-           **_FLASHBAX, peers=(BenchPeer("flashbax", part="flashbax"), BenchPeer("flashbax-flat", part="flashbax"))),
+           **_FLASHBAX, peers=(BenchPeer("flashbax", part="flashbax", builtin="flashbax-item"),
+                                BenchPeer("flashbax-flat", part="flashbax"))),
     Record("flashbax-item", _A + "flashbax:flashbax_item_adapter", False, "flashbax's item buffer", **_FLASHBAX),
     Record("flashbax-per", _A + "flashbax:flashbax_per_adapter", False, "flashbax's prioritised flat buffer",
            **_FLASHBAX),
@@ -132,7 +136,8 @@ RECORDS: dict[str, Record] = _records(
            "DeepMind Reverb's served table, Prioritized with SampleToInsertRatio", **_REVERB),
     Record("reverb-queue", _A + "reverb:reverb_queue_adapter", False,
            "DeepMind Reverb's served table, Fifo/Lifo/heap selectors and Queue", **_REVERB),
-    Record("rlox", _A + "rlox:rlox_adapter", False, "rlox's uniform ReplayBuffer (Rust)", **_RLOX),
+    Record("rlox", _A + "rlox:rlox_adapter", False, "rlox's uniform ReplayBuffer (Rust)", **_RLOX,
+           peers=(BenchPeer("rlox"),)),
     Record("rlox-per", _A + "rlox:rlox_per_adapter", False, "rlox's PrioritizedReplayBuffer (Rust)", **_RLOX),
     Record("rlox-sequence", _A + "rlox:rlox_sequence_adapter", False,
            "rlox's SequenceReplayBuffer, its i.i.d. sample (Rust)", **_RLOX),
@@ -224,6 +229,11 @@ def peer_names(records=None) -> tuple[str, ...]:
     return tuple(p.name for r in _records_or_default(records).values() for p in r.peers)
 
 
+def peer_builtins(records=None) -> dict[str, str]:
+    """Every peer of ``python -m bench.peers`` -> the built-in whose adapter's raw face it times."""
+    return {p.name: p.builtin or r.name for r in _records_or_default(records).values() for p in r.peers}
+
+
 def peer_runs(records=None) -> list[tuple[str | None, tuple[str, ...], tuple[str, ...]]]:
     """The runs of the bench session's peers benchmark: (part, peers, options), the main run
     (part None, every peer without a part) first, then each part in the records' order."""
@@ -272,5 +282,5 @@ def readme_with_block(text: str, records=None) -> str:
 
 
 __all__ = ["BASE_GROUP", "MAIN", "OWN", "README_BEGIN", "README_END", "RECORDS", "BenchPeer", "Record", "builds",
-           "peer_names", "peer_runs", "readme_block", "readme_with_block", "session_builtins", "session_groups",
+           "peer_builtins", "peer_names", "peer_runs", "readme_block", "readme_with_block", "session_builtins", "session_groups",
            "third_party_groups", "validate_envs", "variants"]

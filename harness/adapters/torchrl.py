@@ -286,7 +286,9 @@ class TorchRLBuffer:
 
     def contents(self) -> TensorDictBase:
         index = torch.arange(len(self.rb.storage), dtype=torch.long)
-        return self._visible(self.rb.storage.get(index)).clone()
+        # leaf by leaf: TensorDict.clone() of a TensorDict with a device turns -0.0 into 0.0
+        # (tensordict 0.14.3 base.py:13187, torch._foreach_add(vals, 0) as a copy)
+        return self._visible(self.rb.storage.get(index)).apply(torch.clone)
 
     @property
     def cursor(self) -> int:
@@ -439,7 +441,10 @@ def torchrl_adapter() -> Adapter:
     build = extension_record()
     if build and build.get("status") == "rebuilt":
         version = f"{torchrl.__version__} (torch {torch.__version__}; {build['line']})"
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(
+        raw=RawFace("rbcheck.harness.adapters.torchrl_raw:TorchRLRaw"),
         name="torchrl",
         version=version,
         make=_make,

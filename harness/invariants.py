@@ -375,7 +375,8 @@ CATALOGUE += (  # issue 42: hindsight relabelling and offline-to-online mixing (
         "hindsight_goals",
         statement="a relabelled goal is the goal reached after a held step of the row's own finished episode "
         "that the strategy allows (future: the row's step or later; final: the last; episode: any), never "
-        "across the ring's wrap, an overwritten step or an unfinished episode; its reward is recomputed with "
+        "across the ring's wrap, an overwritten step or an unfinished episode (unless declared: harness/her_laws.py); "
+        "its reward is recomputed with "
         "the declared reward function; the relabelled share follows the declared ratio; all of it after a "
         "save and a load",
         properties=("test_hindsight::test_relabelled_goals_come_from_the_strategys_steps_of_the_same_episode",

@@ -289,6 +289,9 @@ CATALOGUE: tuple[Invariant, ...] = (
         properties=("test_iteration::test_iteration_gives_the_batches_of_repeated_sample",
                     "test_iteration::test_prefetch_gives_the_stream_without_prefetch"),
     ),
+    Invariant("sample_all_whole_buffer", statement="`sample_all(k)`: every held row once, in slot order, "
+              "never a slot not written, in `k` mini-batches of `len // k` rows, the tail dropped (skrl)",
+              properties=("test_sample_all::test_sample_all_gives_every_held_row_once_in_slot_order",)),
     Invariant(
         "replacement_declared",
         statement="every sampler draws with or without replacement, within a batch and across batches, as "

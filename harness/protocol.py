@@ -75,6 +75,7 @@ CAPABILITIES = frozenset(
         "slice_without_replacement",  # spec.sampler="slice_without_replacement": epochs of slice starts
         "prioritized_slice",  # spec.sampler="prioritized_slice": slice starts by their step's priority
         "staleness",  # spec.sampler="staleness": rows weighted 1/(staleness+1), spec.max_staleness; set_consumer_version
+        "sample_all",  # sample_all(mini_batches): every held row once, in slot order, split; the tail dropped (skrl)
         # storages and writers (issue 41; reference/memmap_storage.py, max_value_writer.py, writer.py)
         "memmap",  # spec.storage="memmap": rows in files of spec.scratch_dir only; close() and spec.reopen
         "max_value_writer",  # spec.writer="max_value": holds the top-capacity rows by spec.value_key

@@ -11,9 +11,8 @@ Contract
 * ``Adapter.make(spec)`` builds a fresh, empty buffer described by a
   :class:`BufferSpec` and returns an object following :class:`BufferUnderTest`.
 * ``Adapter.capabilities`` lists what the implementation claims to support
-  (names in :data:`CAPABILITIES`). A property needing a capability that is not
-  listed is skipped with the reason shown; a listed capability that misbehaves
-  fails.
+  (names in :data:`CAPABILITIES`). A property needing a capability that is not listed is
+  skipped with the reason shown; a listed capability that misbehaves fails.
 * ``Adapter.unavailable`` maps a capability to the reason it cannot run *here*
   (e.g. an ImportError text). Such properties are reported as "unavailable",
   never as passing.

@@ -114,13 +114,13 @@ PER_CONVENTIONS = Conventions(
 )
 
 
-def _name(key: tuple[str, ...]) -> str:
-    return "/".join(key)
+def _name(key: tuple[str, ...], sep: str = "/") -> str:
+    return sep.join(key)
 
 
-def _env_dict(layout: RowLayout) -> dict[str, dict[str, Any]]:
+def _env_dict(layout: RowLayout, sep: str = "/") -> dict[str, dict[str, Any]]:
     return {
-        _name(key): {"shape": shape or 1, "dtype": torch.empty((), dtype=dtype).numpy().dtype}
+        _name(key, sep): {"shape": shape or 1, "dtype": torch.empty((), dtype=dtype).numpy().dtype}
         for key, shape, dtype in layout
     }
 
@@ -129,6 +129,7 @@ class CpprbBuffer(OwnRandomness):
     """A :class:`BufferUnderTest` over a cpprb ``ReplayBuffer`` or ``PrioritizedReplayBuffer``."""
 
     LIBRARY = "cpprb"
+    SEP = "/"  # a leaf's cpprb name: its key joined by this (cpprb-mmap: '.', a file name's part)
 
     def __init__(self, spec: BufferSpec):
         self.spec = spec
@@ -159,14 +160,14 @@ class CpprbBuffer(OwnRandomness):
 
     def _build(self, layout: RowLayout) -> None:
         self.layout = layout
-        self.rb = self._construct(_env_dict(layout))
+        self.rb = self._construct(_env_dict(layout, self.SEP))
 
     # writing
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         if self.layout is None:  # no spec.layout: allocate from the first batch
             self._build(layout_from_rows(data) if isinstance(data, TensorDictBase) else
                         tuple(sorted((k, v.shape[1:], torch.as_tensor(v).dtype) for k, v in leaves(data).items())))
-        kwargs = {_name(k): v for k, v in leaves(data).items()}
+        kwargs = {_name(k, self.SEP): v for k, v in leaves(data).items()}
         n = row_count(data)
         if self.prioritized and self.spec.priority_key is not None:
             kwargs["priorities"] = kwargs.get(self.spec.priority_key)
@@ -184,7 +185,7 @@ class CpprbBuffer(OwnRandomness):
     def _rows(self, arrays: dict[str, np.ndarray], n: int):
         if self.layout is None:  # nothing written yet
             return TensorDict({}, batch_size=[n])
-        by_key = {key: arrays[_name(key)] for key, _, _ in self.layout}
+        by_key = {key: arrays[_name(key, self.SEP)] for key, _, _ in self.layout}
         return rows_from_arrays(self.layout, by_key, n)
 
     def sample(self, batch_size: int | None = None):
@@ -274,18 +275,12 @@ def _make(spec: BufferSpec) -> CpprbBuffer:
 
 def cpprb_adapter() -> Adapter:
     """cpprb's uniform ``ReplayBuffer``."""
-    from rbcheck.harness.raw_calls import RawFace
-
-    return Adapter(name="cpprb", version=_version(), make=_make, capabilities=UNIFORM_CAPABILITIES,
-                   raw=RawFace("rbcheck.harness.adapters.cpprb_raw:CpprbRaw"))
+    return Adapter(name="cpprb", version=_version(), make=_make, capabilities=UNIFORM_CAPABILITIES)
 
 
 def cpprb_per_adapter() -> Adapter:
     """cpprb's ``PrioritizedReplayBuffer``."""
-    from rbcheck.harness.raw_calls import RawFace
-
     return Adapter(
-        raw=RawFace("rbcheck.harness.adapters.cpprb_raw:CpprbRaw"),
         name="cpprb-per",
         version=_version(),
         make=_make,

@@ -338,20 +338,14 @@ PER_CONVENTIONS = Conventions(
 
 def rlox_adapter() -> Adapter:
     """rlox's ``ReplayBuffer`` (uniform, with replacement)."""
-    from rbcheck.harness.raw_calls import RawFace
-
     return Adapter(name="rlox", version=_version(), make=_maker("ReplayBuffer", ("random",)),
-                   capabilities=frozenset({"random"}),
-                   raw=RawFace("rbcheck.harness.adapters.rlox_raw:RloxRaw"))
+                   capabilities=frozenset({"random"}))
 
 
 def rlox_per_adapter() -> Adapter:
     """rlox's ``PrioritizedReplayBuffer``."""
-    from rbcheck.harness.raw_calls import RawFace
-
     return Adapter(name="rlox-per", version=_version(), make=_maker("PrioritizedReplayBuffer", ("prioritized", "random")),
-                   capabilities=frozenset({"prioritized"}), conventions=PER_CONVENTIONS,
-                   raw=RawFace("rbcheck.harness.adapters.rlox_raw:RloxRaw"))
+                   capabilities=frozenset({"prioritized"}), conventions=PER_CONVENTIONS)
 
 
 def rlox_sequence_adapter() -> Adapter:

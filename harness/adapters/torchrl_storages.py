@@ -50,6 +50,18 @@ class TorchRLStorageBuffer(TorchRLBuffer):
         index = torch.arange(len(self.rb.storage), dtype=torch.long)
         return self._visible(self.rb.storage.get(index)).apply(torch.clone)
 
+    @property
+    def cursor(self) -> int:
+        if self.spec.writer == "immutable":  # ImmutableDatasetWriter keeps no cursor (writers/base.py:156-180)
+            return 0
+        return super().cursor
+
+    @property
+    def write_count(self) -> int:
+        if self.spec.writer == "immutable":  # rb.write_count raises AttributeError there (base.py:1023, R41f);
+            return int(self.rb.stats()["write_count"])  # stats() documents 0 for it (base.py:1044-1046)
+        return super().write_count
+
     def set(self, index, rows: TensorDictBase) -> None:
         self.rb[torch.as_tensor(index, dtype=torch.long)] = rows
 

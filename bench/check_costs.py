@@ -1,20 +1,22 @@
 """What rbcheck's checks cost in the cells closest to 1.2x (``python -m bench.peers --checks``).
 
-The peers table (``bench/peers.py``) times whole calls. Where a cell stays near or below
+The peers table (``bench/peers.py``) times whole calls. The peers here are the raw faces of the
+stable-baselines3 and cpprb adapters (``bench/faces.py``), rbcheck's is the ``device`` variant's. Where a cell stays near or below
 1.2x, the question is whether rbcheck could be faster with every check kept, or only by
 dropping one. This times, side by side in one process, the peer's call and up to three
 ways of making rbcheck's:
 
 * ``shipped``: the public call (``ReplayBuffer.extend`` / ``update_priority``);
-* ``at hand``: extends only. The same checks of the batch (each column's type, dtype,
-  shape, device, contiguity and address; the rows' memory not moved; the generation column,
-  and for the prioritized buffer the trees, max priority, ``alpha`` and ``eps``, still the
-  ones bound, at the same addresses), the same native call and counters, with the
-  buffer's parts (storage, writer, sampler, plan, priority column) already found: what
-  finding them costs;
-* ``dropped``: the same native call and counters with every address computed once
-  beforehand; none of the Python checks run. The checks of values made in C stay (a
-  priority finite and >= 0, an index in range, no transform overflowing).
+* ``at hand``: extends only. The product's own ``extend_fast._write`` called directly: the
+  same checks of the batch (each column's type, dtype, shape, device, contiguity and address;
+  the rows' memory not moved; the generation column, and for the prioritized buffer the trees,
+  max priority, ``alpha`` and ``eps``, still the ones bound, at the same addresses), the same
+  native call and counters, with the buffer's parts (storage, writer, sampler, plan) already
+  found: what finding them costs;
+* ``dropped``: the same with the product's switch turned off for the call
+  (``extend_fast.CHECKS`` / ``update_fast.CHECKS`` False): none of the Python checks run. The
+  checks of values made in C stay (a priority finite and >= 0, an index in range, no transform
+  overflowing).
 
 The cells: a 1-row extend into the uniform buffer against stable-baselines3's ``add``, a
 1-row extend into the prioritized buffer against cpprb's ``add``, and ``update_priority`` of
@@ -38,7 +40,8 @@ import time
 
 import torch
 
-from bench import peers as P
+from bench import faces as P
+from rbcheck.harness.failure import fail
 
 COLD_BYTES = 32 << 20
 WAYS = ("shipped", "at hand", "dropped")
@@ -57,117 +60,65 @@ class _Cold:
 
 
 def extend_at_hand(buf, data):
-    """``buf.extend(data)`` for a 1-row batch of the buffer's exact layout, with the
-    buffer's parts found once: the batch's checks, the native call and the counters
-    (``variants.extend_fast._write``'s, for a plan already bound by an earlier extend)."""
+    """``buf.extend(data)`` for a 1-row batch of the buffer's exact layout, with the buffer's
+    parts found once: the product's own ``extend_fast._write`` (every check of the batch, the
+    native call, the counters) called directly, under the storage's extend lock."""
     from rbcheck.variants import native
-    from rbcheck.variants.extend_fast import extend_lock
-    from rbcheck.variants.native import extend_args as A
-    from rbcheck.variants.native import torch_pow
+    from rbcheck.variants.extend_fast import _write, extend_lock
 
-    storage, writer, sampler = buf.storage, buf.writer, buf.sampler
-    plan, calls, capacity = storage._extend_plan, native.calls(), storage.capacity
-    layout, source = plan.layout(1), data._tensordict
-    prioritized = buf.prioritized
+    storage, calls = buf.storage, native.calls()
+    plan, source, prioritized = storage._extend_plan, data._tensordict, buf.prioritized
     column = plan.priority_column(buf.priority_key) if prioritized else None
-    if prioritized and (column is None or not plan.c_pow or torch_pow.GRAIN <= 1):
+    if prioritized and (column is None or not plan.c_pow):
         raise RuntimeError("the prioritized cell needs a priority column and the pow in C")
 
     def call():
         with extend_lock(storage):
-            batch = data._batch_size  # try_extend's checks of the batch's size and keys
-            if len(batch) != 1 or not 1 <= batch[0] <= capacity or len(source) != len(plan.specs):
-                raise AssertionError("the batch is not one row of the buffer's columns")
-            sources = []
-            for name, dtype, shape in layout:
-                value = source.get(name)
-                if type(value) is not torch.Tensor or value.dtype is not dtype or value.shape != shape \
-                        or not value.is_cpu or not value.is_contiguous():
-                    raise AssertionError("the batch's layout changed")
-                sources.append(value.data_ptr())
-            if plan.moved():
-                raise AssertionError("the rows' memory moved")
-            generation = writer.generation
-            if generation is not plan.bound.get("generation") or generation.data_ptr() != plan.at["generation"]:
-                raise AssertionError("the generation column is not bound")
-            if prioritized:  # the trees, the max priority, alpha and eps still the ones bound, where they were
-                bound, sum_tree, min_tree, high = plan.bound, sampler.sum_tree, sampler.min_tree, sampler._max_priority
-                if (sum_tree._nodes is not bound["sum"] or min_tree._nodes is not bound["min"]
-                        or high is not bound["max"] or sampler.eps != bound["eps"] or sampler.alpha != bound["alpha"]
-                        or (sum_tree._nodes.data_ptr(), min_tree._nodes.data_ptr(), high.data_ptr())
-                        != plan.at["trees"]):
-                    raise AssertionError("the sampler's trees are not bound")
-            return _commit(storage, writer, sampler, plan, calls, capacity, sources, column, A)
+            index = _write(buf, data, plan, calls, source, 1, storage.capacity, prioritized)
+        if index is None:
+            raise AssertionError("the fast path refused the row")
+        return index
 
     return call
 
 
 def extend_dropped(buf, data):
-    """The same as ``extend_at_hand`` without the batch's checks: the columns' addresses
-    read once."""
-    from rbcheck.variants import native
-    from rbcheck.variants.extend_fast import extend_lock
-    from rbcheck.variants.native import extend_args as A
+    """``extend_at_hand`` with the product's switch ``extend_fast.CHECKS`` off: none of the
+    batch's Python checks (the checks of values in C stay)."""
+    from rbcheck.variants import extend_fast
 
-    storage, writer, sampler = buf.storage, buf.writer, buf.sampler
-    plan, calls, capacity = storage._extend_plan, native.calls(), storage.capacity
-    sources = [data._tensordict[name].data_ptr() for name, _, _ in plan.layout(1)]
-    column = plan.priority_column(buf.priority_key) if buf.prioritized else None
+    at_hand = extend_at_hand(buf, data)
 
     def call():
-        with extend_lock(storage):
-            return _commit(storage, writer, sampler, plan, calls, capacity, sources, column, A)
+        extend_fast.CHECKS = False
+        try:
+            return at_hand()
+        finally:
+            extend_fast.CHECKS = True
 
     return call
 
 
-def _commit(storage, writer, sampler, plan, calls, capacity, sources, column, A):
-    """One row's native write and the counters, as ``extend_fast._write`` makes them."""
-    free = plan.free.get(1)
-    index = free.pop() if free else plan.slots(1)
-    count, first = writer.write_count, writer.cursor
-    if column is not None:
-        plan.block[A.PRIORITY], plan.block[A.IS_FLOAT32] = sources[column[0]], column[1]
-        plan.block[A.DO_POW] = 1
-        if calls.extend(plan.address, A.WHOLE, first, 1, count, index.data_ptr(), *sources):
-            raise AssertionError("a check in C failed")
-        sampler.sum_tree._stale = sampler.sum_tree._stale or sampler.sum_tree.has_shadow
-        sampler.min_tree._stale = sampler.min_tree._stale or sampler.min_tree.has_shadow
-    elif calls.extend(plan.address, A.EXTEND, first, 1, count, index.data_ptr(), *sources):
-        raise AssertionError("the native extend refused")
-    if storage.size < capacity:
-        storage.size = max(storage.size, min(first + 1, capacity))
-    storage.version += 1
-    writer.write_count = count + 1
-    writer.cursor = (count + 1) % capacity
-    return index
-
-
 def update_dropped(buf, index: torch.Tensor, priority: torch.Tensor):
-    """``buf.update_priority(index, priority)`` as the one native call it makes
-    (``native.update_whole``), every address and size computed once: none of the Python
-    checks of the arguments; the checks of values in C stay."""
-    from rbcheck.variants import native
+    """``buf.update_priority(index, priority)`` as the product's ``update_fast.try_update`` with its
+    switch ``update_fast.CHECKS`` off: the one native call, none of the Python checks of the
+    arguments or of the bound plan (the checks of values in C stay)."""
+    from rbcheck.variants import update_fast
     from rbcheck.variants.native import torch_pow
 
-    s = buf.sampler
-    n = len(index)
-    if not torch_pow.in_c(n, s.alpha):
+    sampler = buf.sampler
+    if not torch_pow.in_c(len(index), sampler.alpha) or update_fast.bind(sampler) is None:
         raise RuntimeError("the update cell needs the pow in C")
-    value, high = torch.empty(n, dtype=torch.float64), torch.empty(1, dtype=torch.float64)
-    fn = native._state["calls"].update_whole
-    args = (index.data_ptr(), n, s.capacity, priority.data_ptr(), int(priority.dtype == torch.float32), s.eps,
-            value.data_ptr(), s._max_priority.data_ptr(), high.data_ptr(), s.alpha, torch_pow.vector_pow() or 0,
-            s.sum_tree.raw_nodes.data_ptr(), s.min_tree.raw_nodes.data_ptr(), s.sum_tree.size)
-    sum_tree, min_tree = s.sum_tree, s.min_tree
 
     def call():
-        if fn(*args):
+        update_fast.CHECKS = False
+        try:
+            done = update_fast.try_update(sampler, index, priority)
+        finally:
+            update_fast.CHECKS = True
+        if done is not True:
             raise AssertionError("a check in C failed")
-        sum_tree.mark_stale()
-        min_tree.mark_stale()
 
-    call.keep = (value, high, index, priority)  # the memory the addresses point into
     return call
 
 
@@ -186,13 +137,13 @@ def state_of(buf) -> dict:
 
 
 def same_state(got: dict, want: dict, where: str) -> None:
-    """Raises ``P.CheckFailed`` naming the first part of ``got`` that differs from ``want``."""
+    """Raises ``PropertyFailure`` naming the first part of ``got`` that differs from ``want``."""
     for key, value in want.items():
         other = got.get(key)
         same = (torch.equal(other, value) if isinstance(other, torch.Tensor) else False) \
             if isinstance(value, torch.Tensor) else other == value
         if not same:
-            raise P.CheckFailed(f"{where}: {key} differs from the shipped call's")
+            fail(f"{where}: {key}", "<differs from the shipped call's>", "the shipped call's state")
 
 
 def measure(capacity: int, width: int, batch: int, reps: int, runs: int, log=print,
@@ -203,32 +154,41 @@ def measure(capacity: int, width: int, batch: int, reps: int, runs: int, log=pri
     if reps < len(WAYS) or reps % len(WAYS):
         raise ValueError(f"reps={reps}, but should be a positive multiple of {len(WAYS)} (the ways "
                          "take turns; each must make as many calls for the states to be compared)")
-    rb, sb3, cpprb = P.Rbcheck(), uniform_peer or P.SB3(), prioritized_peer or P.Cpprb()
+    rb = P.base_peer()
+    sb3 = uniform_peer or P.Peer.of_builtin("sb3", "sb3")
+    cpprb = prioritized_peer or P.Peer.of_builtin("cpprb", "cpprb")
     for peer in (sb3, cpprb):
         why = peer.unavailable()
         if why:
             raise RuntimeError(f"--checks needs {peer.name}: {why}")
     row = P.make_rows(3 * capacity, 1, width)
-    one = {kind: rb.prepare(row, kind) for kind in (False, True)}
-    # one buffer per (kind, way); each extended once so that its plan is bound
-    bufs = {(kind, way): rb.build(capacity, width, kind) for kind in (False, True) for way in WAYS}
+
+    def built(peer, kind):
+        face = P.filled(peer, capacity, width, kind, batch)
+        return face, face.prepare(row.columns, row.priority if kind else None)
+
+    # one buffer per (kind, way) (rbcheck's: the variant's ReplayBuffer); each extended once so
+    # that its plan is bound
+    made = {(kind, way): built(rb, kind) for kind in (False, True) for way in WAYS}
+    bufs, one = {key: face.buffer for key, (face, _) in made.items()}, {kind: made[kind, "shipped"][1]
+                                                                          for kind in (False, True)}
     for (kind, _), buf in bufs.items():
         buf.extend(one[kind])
-    updated = {way: rb.build(capacity, width, True) for way in ("shipped", "dropped")}
-    index, raw = rb.prepare_update(*P.update_args(capacity, batch))
-    cp_index, cp_raw = cpprb.prepare_update(*P.update_args(capacity, batch))
-    sb3_buf, cp_buf, cp_updated = (sb3.build(capacity, width, False), cpprb.build(capacity, width, True),
-                                   cpprb.build(capacity, width, True))
-    sb3_one, cp_one = sb3.prepare(row, False), cpprb.prepare(row, True)
+    updated = {way: P.filled(rb, capacity, width, True, batch) for way in ("shipped", "dropped")}
+    index, raw = updated["shipped"].prepare_update(*P.update_args(capacity, batch))
+    updated = {way: face.buffer for way, face in updated.items()}
+    (sb3_buf, sb3_one), (cp_buf, cp_one) = built(sb3, False), built(cpprb, True)
+    cp_updated = P.filled(cpprb, capacity, width, True, batch)
+    cp_args = cp_updated.prepare_update(*P.update_args(capacity, batch))
     cells = {}
     for kind, op, peer, peer_buf, peer_one in ((False, "extend 1 row, uniform", sb3, sb3_buf, sb3_one),
                                                (True, "extend 1 row, prioritized", cpprb, cp_buf, cp_one)):
-        cells[op, peer.name] = lambda p=peer, b=peer_buf, d=peer_one: p.extend(b, d)
+        cells[op, peer.name] = lambda b=peer_buf, d=peer_one: b.add(d)
         cells[op, "shipped"] = lambda b=bufs[kind, "shipped"], d=one[kind]: b.extend(d)
         cells[op, "at hand"] = extend_at_hand(bufs[kind, "at hand"], one[kind])
         cells[op, "dropped"] = extend_dropped(bufs[kind, "dropped"], one[kind])
     op = f"update_priority {batch}"
-    cells[op, cpprb.name] = lambda: cpprb.update_priority(cp_updated, cp_index, cp_raw)
+    cells[op, cpprb.name] = lambda: cp_updated.update_priorities(*cp_args)
     cells[op, "shipped"] = lambda: updated["shipped"].update_priority(index, raw)
     cells[op, "dropped"] = update_dropped(updated["dropped"], index, raw)
     ways = {op: [way for o, way in cells if o == op and way in WAYS] for op, _ in cells}

@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import importlib.metadata
 import json
 import os
 import platform
@@ -69,15 +68,32 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
-ALPHA, BETA, EPS = 0.6, 0.4, 1e-8
-CAPACITY, BATCH, WIDTHS = 1 << 20, 4096, (8, 64)
+from bench.faces import (  # noqa: F401 - re-exported: the peers, the row stream, the timer
+    ALPHA,
+    BASE,
+    BATCH,
+    BETA,
+    EPS,
+    Peer,
+    Rows,
+    all_peers,
+    base_peer,
+    filled,
+    make_rows,
+    spec_for,
+    timed,
+    transformed,
+    update_args,
+)
+from rbcheck.harness.failure import fail
+from rbcheck.harness.raw_checks import RowModel, check_priorities, check_rows, check_sample
+
+CAPACITY, WIDTHS = 1 << 20, (8, 64)
 EXTEND_SIZES = (1, 256, 4096, 65536)
 OTHER_OPS = ("sample_uniform", "sample_prioritized", "update_priority", "save", "load")
 
@@ -87,7 +103,6 @@ def ops_for(extend_sizes) -> tuple[str, ...]:
 
 
 OPS = ops_for(EXTEND_SIZES)
-BASE = "rbcheck"  # the baseline: rbcheck's `device` variant on the CPU
 #: A cell of no library's code in every run's rotation: how fast the machine was in that run
 #: (``control_cell``; docs/benchmarks.md, "The slow phases are the machine's").
 CONTROL = "control"
@@ -101,791 +116,16 @@ MIN_REPS = 3
 CHECKPOINT_OPS = ("save", "load")
 
 
-# --- data ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Rows:
-    """Rows ``start .. start+n-1`` of the stream as NumPy arrays."""
-
-    t: np.ndarray  # int64 row numbers
-    obs: np.ndarray  # float32 [n, width]; obs[:, 0] == t
-    action: np.ndarray  # float32 [n, 2]
-    reward: np.ndarray  # float32 [n]
-    priority: np.ndarray  # float64 [n], each a float32 value (every peer gets the same numbers)
-
-    def __len__(self) -> int:
-        return len(self.t)
-
-
-def make_rows(start: int, n: int, width: int) -> Rows:
-    t = np.arange(start, start + n, dtype=np.int64)
-    obs = np.sin(t[:, None].astype(np.float32) * np.float32(0.01) + np.arange(width, dtype=np.float32))
-    obs[:, 0] = t
-    action = np.stack([(t % 7).astype(np.float32), np.cos(t.astype(np.float32))], axis=1)
-    reward = np.sin(t.astype(np.float32) * np.float32(0.1)).astype(np.float32)
-    return Rows(t, obs.astype(np.float32), action, reward, raw_priority(t))
-
-
-def raw_priority(t: np.ndarray) -> np.ndarray:
-    """Deterministic raw priorities in [0.05, 3.05), float32 values as float64."""
-    frac = (t.astype(np.float64) * 0.6180339887498949) % 1.0
-    return (frac * 3.0 + 0.05).astype(np.float32).astype(np.float64)
-
-
-def transformed(raw: np.ndarray) -> np.ndarray:
-    return (raw + EPS) ** ALPHA
-
-
-class Model:
-    """What every buffer must hold after the (checked) calls so far: row numbers and raw
-    priorities per slot, and the ring cursor."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.t = np.arange(capacity, dtype=np.int64)
-        self.raw = raw_priority(self.t)
-        self.written = capacity
-
-    def write(self, rows: Rows) -> np.ndarray:
-        slots = (self.written + np.arange(len(rows))) % self.capacity
-        self.t[slots], self.raw[slots] = rows.t, rows.priority
-        self.written += len(rows)
-        return slots
-
-
-# --- checks --------------------------------------------------------------------------------
-
-
-class CheckFailed(AssertionError):
-    """A peer's (or rbcheck's) answer differs from what it should be."""
-
-
-def fail(what: str, got, expected, where: str) -> None:
-    raise CheckFailed(f"{what}={got}, but should be {expected} [{where}]")
-
-
-def _first_diff(a: np.ndarray, b: np.ndarray):
-    bad = np.argwhere(~np.isclose(a, b, rtol=0, atol=0) if a.shape == b.shape else np.ones(1, bool))
-    return tuple(int(i) for i in bad[0]) if len(bad) else None
-
-
-def check_rows(got: dict, want: dict, where: str) -> None:
-    """Exact equality of obs/action/reward arrays."""
-    for key in ("obs", "action", "reward"):
-        g, w = np.asarray(got[key]), np.asarray(want[key])
-        g = g.reshape(w.shape) if g.size == w.size else g
-        if g.shape != w.shape or not np.array_equal(g, w):
-            at = _first_diff(g, w)
-            fail(f"{key}{list(at) if at else ''}", g[at] if at and g.shape == w.shape else g.shape,
-                 w[at] if at and g.shape == w.shape else w.shape, where)
-
-
-def expected_rows(model: Model, slots: np.ndarray, width: int) -> dict:
-    r = _rows_of(model.t[slots], width)
-    return {"obs": r.obs, "action": r.action, "reward": r.reward}
-
-
-def _rows_of(t: np.ndarray, width: int) -> Rows:
-    """make_rows for arbitrary row numbers (same values as the contiguous stream)."""
-    obs = np.sin(t[:, None].astype(np.float32) * np.float32(0.01) + np.arange(width, dtype=np.float32))
-    obs[:, 0] = t
-    action = np.stack([(t % 7).astype(np.float32), np.cos(t.astype(np.float32))], axis=1)
-    reward = np.sin(t.astype(np.float32) * np.float32(0.1)).astype(np.float32)
-    return Rows(t, obs.astype(np.float32), action, reward, raw_priority(t))
-
-
-def check_sample(peer, out: dict, model: Model, base_rows: dict, batch: int, where: str,
-                 prioritized: bool) -> np.ndarray:
-    """The sample's rows are the rows in the slots they name (their obs[:, 0] is the row
-    number; rbcheck's rows there, ``base_rows``, and the model agree); its indices, where
-    given, are those slots; prioritized weights match the model's priorities. Returns the slots."""
-    obs = np.asarray(out["obs"])
-    if obs.shape[0] != batch:
-        fail("len(sample)", obs.shape[0], batch, where)
-    t = obs[:, 0].astype(np.int64)
-    slots = t % model.capacity
-    if not np.array_equal(model.t[slots], t):
-        fail("sampled rows", "rows no longer in their slot", "rows the buffer holds", where)
-    want = {k: v[slots] for k, v in base_rows.items()}
-    check_rows({k: out[k] for k in ("obs", "action", "reward")}, want, where)
-    if out.get("index") is not None and not np.array_equal(np.asarray(out["index"], dtype=np.int64), slots):
-        fail("sample index", "not the slots of the returned rows", "the slots of the returned rows", where)
-    if prioritized:
-        check_weights(peer, np.asarray(out["weight"], dtype=np.float64), slots, model, where)
-    return slots
-
-
-def check_weights(peer, weight: np.ndarray, slots: np.ndarray, model: Model, where: str) -> None:
-    p = transformed(model.raw)
-    want = (p[slots] / p.min()) ** -BETA
-    if peer.weight_norm == "batch_max":
-        want = want / want.max()
-    if weight.shape != want.shape or not np.allclose(weight, want, rtol=1e-4, atol=0):
-        at = int(np.argmax(np.abs(weight - want) / want)) if weight.shape == want.shape else 0
-        fail(f"weight[{at}] (slot {slots[at]})", weight[at] if weight.shape == want.shape else weight.shape,
-             f"{want[at]:.7g} (priorities ((raw + eps) ** alpha), normalised: {peer.weight_norm})", where)
-
-
-def check_priorities(got: np.ndarray, slots: np.ndarray, model: Model, where: str) -> None:
-    want = transformed(model.raw[slots])
-    if not np.allclose(np.asarray(got, dtype=np.float64), want, rtol=1e-5, atol=0):
-        at = int(np.argmax(np.abs(np.asarray(got, dtype=np.float64) - want)))
-        fail(f"stored priority (slot {slots[at]})", got[at], want[at], where)
-
-
-# --- peers ---------------------------------------------------------------------------------
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-class Peer:
-    """A replay-buffer library driven through its own API. Subclasses implement
-    ``build``/``prepare``/``extend``/``sample``/``update_priority``/``rows_at`` and
-    optionally ``priority_at``/``save``/``load``; ``unsupported`` names operations it
-    has no API for, with the reason."""
-
-    name = "?"
-    dist = "?"
-    weight_norm = "min"  # weights over the smallest probability of the stored slots
-    has_prioritized = True
-    unsupported: dict = {}
-
-    def version(self) -> str:
-        return _version(self.dist)
-
-    def unavailable(self) -> str | None:
-        return None
-
-    def why_not(self, op: str) -> str | None:
-        if op in self.unsupported:
-            return self.unsupported[op]
-        if op in ("sample_prioritized", "update_priority") and not self.has_prioritized:
-            return "no prioritized buffer"
-        return None
-
-    def extend_kind(self) -> bool:
-        """Whether ``extend`` is timed on the prioritized buffer."""
-        return self.has_prioritized
-
-    def prepare_update(self, index: np.ndarray, raw: np.ndarray):
-        return index, raw
-
-    def priority_at(self, buf, slots: np.ndarray):  # None: no read-back
-        return None
-
-
-class Rbcheck(Peer):
-    """rbcheck's ``device`` variant on the CPU (``rbcheck.variants.ReplayBuffer``)."""
-
-    name, dist = BASE, "rbcheck"
-
-    def build(self, capacity, width, prioritized, chunk=1 << 16):
-        from rbcheck import variants
-
-        sampler = variants.PrioritizedSampler(capacity, ALPHA, BETA, EPS) if prioritized else None
-        buf = variants.ReplayBuffer(capacity, sampler=sampler, generator=0, device="cpu")
-        for start in range(0, capacity, chunk):
-            buf.extend(self.prepare(make_rows(start, min(chunk, capacity - start), width), prioritized))
-        return buf
-
-    def prepare(self, rows: Rows, prioritized: bool):
-        data = {"obs": torch.from_numpy(rows.obs), "action": torch.from_numpy(rows.action),
-                "reward": torch.from_numpy(rows.reward)}
-        if prioritized:
-            data["priority"] = torch.from_numpy(rows.priority)
-        return TensorDict(data, batch_size=[len(rows)])
-
-    def extend(self, buf, data):
-        buf.extend(data)
-
-    def sample(self, buf, batch):
-        rows, info = buf.sample(batch)
-        return {"obs": rows["obs"], "action": rows["action"], "reward": rows["reward"],
-                "index": info["index"], "weight": info.get("weight")}
-
-    def prepare_update(self, index, raw):
-        return torch.from_numpy(index), torch.from_numpy(raw)  # float64: the dtype of its trees
-
-    def update_priority(self, buf, index, priority):
-        buf.update_priority(index, priority)
-
-    def priority_at(self, buf, slots):
-        return buf.sampler.sum_tree.nodes[buf.sampler.sum_tree.size + torch.from_numpy(slots)].numpy()
-
-    def rows_at(self, buf, slots):
-        data = buf.storage.data
-        s = torch.from_numpy(slots)
-        return {k: data[k][s].numpy() for k in ("obs", "action", "reward")}
-
-    def save(self, buf, path):
-        buf.dumps(path)
-
-    def new_target(self, buf, capacity):
-        from rbcheck import variants
-
-        return variants.ReplayBuffer(capacity, generator=0, device="cpu")
-
-    def load(self, target, path):
-        target.loads(path)
-        return target
-
-
-class TorchRL(Peer):
-    """TorchRL's ``TensorDictReplayBuffer`` over a ``LazyTensorStorage``, with its
-    ``PrioritizedSampler`` (C++ sum/min trees, float32) for the prioritized buffer."""
-
-    name, dist = "torchrl", "torchrl"
-
-    def unavailable(self):
-        try:
-            import torchrl  # noqa: F401
-        except ImportError as err:
-            return f"torchrl does not import: {err}"
-        from rbcheck.harness.adapters.torchrl import probe_prioritized
-
-        why = probe_prioritized()
-        if why is not None:
-            self.has_prioritized = False
-            self.prioritized_reason = (f"{why} (`python tools/torchrl_build.py` rebuilds the "
-                                       "extension against this torch)")
-        return None
-
-    def why_not(self, op):
-        if not self.has_prioritized and op in ("sample_prioritized", "update_priority"):
-            return self.prioritized_reason
-        return super().why_not(op)
-
-    def build(self, capacity, width, prioritized, chunk=1 << 16):
-        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-        from torchrl.data.replay_buffers.samplers import PrioritizedSampler
-
-        kw = {"sampler": PrioritizedSampler(capacity, alpha=ALPHA, beta=BETA, eps=EPS),
-              "priority_key": "priority"} if prioritized else {}
-        buf = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), batch_size=BATCH, **kw)
-        for start in range(0, capacity, chunk):
-            buf.extend(self.prepare(make_rows(start, min(chunk, capacity - start), width), prioritized))
-        return buf
-
-    def prepare(self, rows, prioritized):
-        data = {"obs": torch.from_numpy(rows.obs), "action": torch.from_numpy(rows.action),
-                "reward": torch.from_numpy(rows.reward)}
-        if prioritized:
-            data["priority"] = torch.from_numpy(rows.priority.astype(np.float32))
-        return TensorDict(data, batch_size=[len(rows)])
-
-    def extend(self, buf, data):
-        buf.extend(data)  # sets data["index"] in place (overwritten by each call)
-
-    def sample(self, buf, batch):
-        td = buf.sample(batch)
-        weight = td.get("priority_weight", None) if "priority_weight" in td.keys() else td.get("_weight", None)
-        return {"obs": td["obs"], "action": td["action"], "reward": td["reward"], "index": td["index"],
-                "weight": weight}
-
-    def prepare_update(self, index, raw):
-        return torch.from_numpy(index), torch.from_numpy(raw.astype(np.float32))
-
-    def update_priority(self, buf, index, priority):
-        buf.update_priority(index, priority)
-
-    def priority_at(self, buf, slots):
-        tree = buf._sampler._sum_tree
-        return np.array([tree[int(s)] for s in slots], dtype=np.float64)
-
-    def rows_at(self, buf, slots):
-        td = buf._storage[torch.from_numpy(slots)]
-        return {k: td[k].numpy() for k in ("obs", "action", "reward")}
-
-    def save(self, buf, path):
-        buf.dumps(path)
-
-    def new_target(self, buf, capacity):
-        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-
-        return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), batch_size=BATCH)
-
-    def load(self, target, path):
-        target.loads(path)
-        return target
-
-
-@dataclass
-class Held:
-    """A library's buffer object that takes no attributes, and its kind."""
-
-    rb: object
-    prioritized: bool
-
-
-class Cpprb(Peer):
-    """cpprb's ``ReplayBuffer`` / ``PrioritizedReplayBuffer`` (C++ segment trees, float32)."""
-
-    name, dist = "cpprb", "cpprb"
-    unsupported = {op: "no checkpoint: save_transitions exports rows without priorities or ring "
-                       "position and load_transitions appends them" for op in ("save", "load")}
-
-    def unavailable(self):
-        try:
-            import cpprb  # noqa: F401
-        except ImportError as err:
-            return f"cpprb does not import: {err}"
-        return None
-
-    def build(self, capacity, width, prioritized, chunk=1 << 16):
-        import cpprb
-
-        env = {"obs": {"shape": width, "dtype": np.float32}, "action": {"shape": 2, "dtype": np.float32},
-               "reward": {"dtype": np.float32}}
-        buf = Held(cpprb.PrioritizedReplayBuffer(capacity, env, alpha=ALPHA, eps=EPS) if prioritized
-                   else cpprb.ReplayBuffer(capacity, env), prioritized)
-        for start in range(0, capacity, chunk):
-            self.extend(buf, self.prepare(make_rows(start, min(chunk, capacity - start), width), prioritized))
-        return buf
-
-    def prepare(self, rows, prioritized):
-        kw = {"obs": rows.obs, "action": rows.action, "reward": rows.reward}
-        if prioritized:
-            kw["priorities"] = rows.priority.astype(np.float32)
-        return kw
-
-    def extend(self, buf, kw):
-        buf.rb.add(**kw)
-
-    def sample(self, buf, batch):
-        if buf.prioritized:
-            out = buf.rb.sample(batch, beta=BETA)
-            return {"obs": out["obs"], "action": out["action"], "reward": out["reward"],
-                    "index": out["indexes"].astype(np.int64), "weight": out["weights"]}
-        out = buf.rb.sample(batch)  # returns no indices: the rows carry their row number
-        return {"obs": out["obs"], "action": out["action"], "reward": out["reward"]}
-
-    def prepare_update(self, index, raw):
-        return index, raw.astype(np.float32)
-
-    def update_priority(self, buf, index, priority):
-        buf.rb.update_priorities(index, priority)
-
-    def rows_at(self, buf, slots):
-        out = buf.rb._encode_sample(slots)
-        return {k: out[k] for k in ("obs", "action", "reward")}
-
-
-class Tianshou(Peer):
-    """tianshou's ``ReplayBuffer`` / ``PrioritizedReplayBuffer`` (NumPy segment tree, float64).
-    Its buffers take one transition per ``add`` (a batch goes to a ``VectorReplayBuffer`` of
-    one sub-buffer per environment, another layout): ``extend`` of n rows is n adds."""
-
-    name, dist = "tianshou", "tianshou"
-    weight_norm = "batch_max"  # weight_norm=True: divided by the batch's largest weight (prio.py:106)
-
-    def unavailable(self):
-        try:
-            import tianshou.data  # noqa: F401
-        except ImportError as err:
-            return f"tianshou does not import: {err}"
-        return None
-
-    def _batch(self, rows, i):
-        from tianshou.data import Batch
-
-        return Batch(obs=rows.obs[i], act=rows.action[i], rew=rows.reward[i], terminated=False,
-                     truncated=False)
-
-    def build(self, capacity, width, prioritized):
-        from tianshou.data import PrioritizedReplayBuffer, ReplayBuffer
-
-        buf = (PrioritizedReplayBuffer(capacity, alpha=ALPHA, beta=BETA, random_seed=0) if prioritized
-               else ReplayBuffer(capacity, random_seed=0))
-        rows = make_rows(0, capacity, width)
-        buf.add(self._batch(rows, 0))  # allocates its arrays from the first transition
-        # the rest written into its arrays at once (2^20 adds take minutes); checked below
-        buf._meta.obs[:] = rows.obs
-        buf._meta.act[:] = rows.action
-        buf._meta.rew[:] = rows.reward
-        buf._size, buf._insertion_idx = capacity, 0
-        if prioritized:
-            buf.update_weight(np.arange(capacity), rows.priority)
-            buf._max_prio = float(np.abs(rows.priority).max() + np.finfo(np.float32).eps.item())
-        return buf
-
-    def prepare(self, rows, prioritized):
-        batches = [self._batch(rows, i) for i in range(len(rows))]
-        if prioritized:  # add gives max priority; the row's own goes in with update_weight
-            return batches, rows.priority
-        return batches, None
-
-    def extend(self, buf, prepared):
-        batches, priority = prepared
-        ptrs = [buf.add(b)[0] for b in batches]
-        if priority is not None:
-            buf.update_weight(np.concatenate(ptrs), priority)
-
-    def sample(self, buf, batch):
-        out, index = buf.sample(batch)
-        return {"obs": out.obs, "action": out.act, "reward": out.rew, "index": index,
-                "weight": getattr(out, "weight", None)}
-
-    def update_priority(self, buf, index, priority):
-        buf.update_weight(index, priority)
-
-    def priority_at(self, buf, slots):
-        return buf.weight[slots]
-
-    def rows_at(self, buf, slots):
-        return {"obs": buf._meta.obs[slots], "action": buf._meta.act[slots], "reward": buf._meta.rew[slots]}
-
-    def save(self, buf, path):
-        Path(path).mkdir(parents=True, exist_ok=True)
-        buf.save_hdf5(str(Path(path) / "buffer.hdf5"))
-
-    def new_target(self, buf, capacity):
-        return None
-
-    def load(self, target, path):
-        return type(self._uniform_type()).load_hdf5(str(Path(path) / "buffer.hdf5"))
-
-    def _uniform_type(self):
-        from tianshou.data import ReplayBuffer
-
-        return ReplayBuffer(1)
-
-
-class SB3(Peer):
-    """stable-baselines3's ``ReplayBuffer`` (uniform only; NumPy arrays; ``add`` writes one
-    step of its ``n_envs`` environments, here 1: ``extend`` of n rows is n adds)."""
-
-    name, dist = "sb3", "stable-baselines3"
-    has_prioritized = False
-
-    def unavailable(self):
-        try:
-            import stable_baselines3.common.buffers  # noqa: F401
-        except ImportError as err:
-            return f"stable-baselines3 does not import: {err}"
-        return None
-
-    def build(self, capacity, width, prioritized):
-        from gymnasium import spaces
-        from stable_baselines3.common.buffers import ReplayBuffer
-
-        obs_space = spaces.Box(-np.inf, np.inf, (width,), np.float32)
-        act_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
-        buf = ReplayBuffer(capacity, obs_space, act_space, device="cpu", n_envs=1,
-                           handle_timeout_termination=False)
-        rows = make_rows(0, capacity, width)
-        # written into its arrays at once (2^20 adds take a while); checked below
-        buf.observations[:, 0] = rows.obs
-        buf.next_observations[:, 0] = rows.obs
-        buf.actions[:, 0] = rows.action
-        buf.rewards[:, 0] = rows.reward
-        buf.pos, buf.full = 0, True
-        return buf
-
-    def prepare(self, rows, prioritized):
-        n = len(rows)
-        return (rows.obs.reshape(n, 1, -1), rows.obs.reshape(n, 1, -1), rows.action.reshape(n, 1, 2),
-                rows.reward.reshape(n, 1), np.zeros((n, 1), np.float32), [[{}]] * n)
-
-    def extend(self, buf, prepared):
-        buf.extend(*prepared)  # BaseBuffer.extend: one add per row
-
-    def sample(self, buf, batch):
-        out = buf.sample(batch)
-        return {"obs": out.observations.numpy(), "action": out.actions.numpy(),
-                "reward": out.rewards.numpy().reshape(-1)}
-
-    def rows_at(self, buf, slots):
-        return {"obs": buf.observations[slots, 0], "action": buf.actions[slots, 0],
-                "reward": buf.rewards[slots, 0]}
-
-    def save(self, buf, path):
-        from stable_baselines3.common.save_util import save_to_pkl
-
-        Path(path).mkdir(parents=True, exist_ok=True)
-        save_to_pkl(Path(path) / "replay_buffer.pkl", buf)  # what save_replay_buffer does
-
-    def new_target(self, buf, capacity):
-        return None
-
-    def load(self, target, path):
-        from stable_baselines3.common.save_util import load_from_pkl
-
-        return load_from_pkl(Path(path) / "replay_buffer.pkl")
-
-
-class RLlib(Peer):
-    """RLlib's old-stack ``ReplayBuffer`` / ``PrioritizedReplayBuffer`` (ray[rllib]; each row one
-    stored ``SampleBatch``, ``storage_unit="timesteps"``; pure-Python sum/min trees over a list of
-    floats). ``add`` gives every new row the largest priority so far (prioritized_replay_buffer.py:
-    77-81): ``extend`` with the rows' own priorities is ``add`` then ``update_priorities`` of their
-    slots. It takes no eps (stores ``p ** alpha``: within the checks' tolerance of
-    ``(p + 1e-8) ** alpha`` for these priorities). ``save``/``load``: its checkpoint state,
-    ``get_state()`` pickled to a file and ``set_state`` of the unpickled dict on a new buffer (what
-    an old-stack Algorithm checkpoint with ``store_buffer_in_checkpoints`` holds); RLlib has no file
-    format of its own."""
-
-    name, dist = "rllib", "ray"
-
-    def unavailable(self):
-        try:
-            importlib.import_module("ray.rllib.utils.replay_buffers")
-        except ImportError as err:
-            return f"not installed ({err}; the 'rllib' dependency group)"
-        return None
-
-    def _new(self, capacity, prioritized):
-        from ray.rllib.utils.replay_buffers import PrioritizedReplayBuffer, ReplayBuffer
-
-        return Held(PrioritizedReplayBuffer(capacity, storage_unit="timesteps", alpha=ALPHA) if prioritized
-                    else ReplayBuffer(capacity, storage_unit="timesteps"), prioritized)
-
-    def build(self, capacity, width, prioritized, chunk=1 << 16):
-        random.seed(0)  # RLlib draws from Python's global `random` and takes no seed
-        buf = self._new(capacity, prioritized)
-        for start in range(0, capacity, chunk):
-            self.extend(buf, self.prepare(make_rows(start, min(chunk, capacity - start), width), prioritized))
-        return buf
-
-    def prepare(self, rows, prioritized):
-        from ray.rllib.policy.sample_batch import SampleBatch
-
-        batch = SampleBatch({"obs": rows.obs, "action": rows.action, "reward": rows.reward})
-        return batch, (rows.priority if prioritized else None)
-
-    def extend(self, buf, prepared):
-        batch, priority = prepared
-        first = buf.rb._next_idx
-        buf.rb.add(batch)
-        if priority is not None:
-            slots = (first + np.arange(len(priority))) % buf.rb.capacity
-            buf.rb.update_priorities(slots, priority)
-
-    def sample(self, buf, batch):
-        if buf.prioritized:
-            out = buf.rb.sample(batch, beta=BETA)
-            return {"obs": out["obs"], "action": out["action"], "reward": out["reward"],
-                    "index": out["batch_indexes"], "weight": out["weights"]}
-        out = buf.rb.sample(batch)  # returns no indices: the rows carry their row number
-        return {"obs": out["obs"], "action": out["action"], "reward": out["reward"]}
-
-    def update_priority(self, buf, index, priority):
-        buf.rb.update_priorities(index, priority)
-
-    def priority_at(self, buf, slots):
-        tree = buf.rb._it_sum  # leaves: value[capacity:] (rllib/execution/segment_tree.py)
-        return np.array([tree.value[tree.capacity + int(s)] for s in slots], dtype=np.float64)
-
-    def rows_at(self, buf, slots):
-        storage = buf.rb._storage
-        return {k: np.concatenate([storage[int(s)][k] for s in slots]) for k in ("obs", "action", "reward")}
-
-    def save(self, buf, path):
-        import pickle
-
-        Path(path).mkdir(parents=True, exist_ok=True)
-        with open(Path(path) / "buffer.pkl", "wb") as f:
-            pickle.dump(buf.rb.get_state(), f, protocol=pickle.HIGHEST_PROTOCOL)
-
-    def new_target(self, buf, capacity):
-        return self._new(capacity, buf.prioritized)
-
-    def load(self, target, path):
-        import pickle
-
-        with open(Path(path) / "buffer.pkl", "rb") as f:
-            target.rb.set_state(pickle.load(f))
-        return target
-
-
-class Flashbax(Peer):
-    """flashbax's item buffers, ``make_item_buffer`` / ``make_prioritised_item_buffer``
-    (``add_sequences=True``: an ``extend`` of n rows is one ``add``), on JAX's CPU backend, driven
-    as its README does: ``add`` and ``set_priorities`` jitted with the state donated, ``sample``
-    jitted, each call waited for (``block_until_ready``: JAX dispatches asynchronously). An item
-    buffer holds each row as one item (the flat buffer samples (row i, row i+1) pairs and its
-    prioritised tree gives the newest row priority 0 until the next add, then the largest
-    priority: no per-row priorities to compare). A new item gets the largest priority so far:
-    ``extend`` with the rows' own priorities is ``add`` then ``set_priorities`` of their slots,
-    one jitted function. flashbax returns sampling probabilities, not weights: the timed
-    ``sample`` computes ``(N P) ** -beta`` over the batch's largest (jitted with it), as its
-    users do. No eps (``p ** alpha``, within the checks' tolerance). No checkpoint of its own:
-    the state is a pytree a user saves with their own tools (``Vault`` stores experience, not
-    the buffer's state)."""
-
-    name, dist = "flashbax", "flashbax"
-    weight_norm = "batch_max"
-    flat = False
-    unsupported = {op: "no checkpoint of its own: the state is a pytree the user saves with their own "
-                       "tools (Vault stores experience, not the buffer's state)" for op in ("save", "load")}
-
-    def unavailable(self):
-        try:
-            importlib.import_module("flashbax")
-        except ImportError as err:
-            return f"not installed ({err}; the 'flashbax' dependency group)"
-        import jax
-
-        if jax.default_backend() != "cpu":
-            return f"JAX's backend is {jax.default_backend()}, but should be cpu (JAX_PLATFORMS=cpu)"
-        return None
-
-    def version(self):
-        return f"{_version('flashbax')} (jax {_version('jax')})"
-
-    def _fns(self, capacity, batch, prioritized):
-        import flashbax as fbx
-        import jax
-        import jax.numpy as jnp
-
-        if self.flat:
-            buffer = fbx.make_flat_buffer(max_length=capacity, min_length=2, sample_batch_size=batch,
-                                          add_sequences=True)
-        elif prioritized:
-            buffer = fbx.make_prioritised_item_buffer(max_length=capacity, min_length=1, sample_batch_size=batch,
-                                                      add_sequences=True, priority_exponent=ALPHA, device="cpu")
-        else:
-            buffer = fbx.make_item_buffer(max_length=capacity, min_length=1, sample_batch_size=batch,
-                                          add_sequences=True)
-
-        def extend(state, rows, priority):
-            slots = (state.current_index + jnp.arange(priority.shape[0])) % capacity
-            return buffer.set_priorities(buffer.add(state, rows), slots, priority)
-
-        def sample(state, key):
-            key, sub = jax.random.split(key)
-            out = buffer.sample(state, sub)
-            if self.flat:  # transition pairs (row i, row i + 1): the rows are the first
-                return out.experience.first, None, None, key
-            if not prioritized:
-                return out.experience, None, None, key
-            size = jnp.where(state.is_full, capacity, state.current_index)
-            weight = (size * out.probabilities) ** -BETA
-            return out.experience, out.indices, weight / weight.max(), key
-
-        fns = {"buffer": buffer, "sample": jax.jit(sample)}
-        if prioritized:
-            fns["extend"] = jax.jit(extend, donate_argnums=0)
-            fns["set_priorities"] = jax.jit(buffer.set_priorities, donate_argnums=0)
-        else:
-            fns["extend"] = jax.jit(buffer.add, donate_argnums=0)
-        return fns
-
-    def build(self, capacity, width, prioritized, chunk=1 << 16):
-        import jax
-        import jax.numpy as jnp
-
-        fns = self._fns(capacity, 1, prioritized)  # sample functions: built per batch size (sample)
-        example = {"obs": jnp.zeros(width, jnp.float32), "action": jnp.zeros(2, jnp.float32),
-                   "reward": jnp.zeros((), jnp.float32)}
-        buf = {"fns": fns, "state": fns["buffer"].init(example), "key": jax.random.PRNGKey(0),
-               "prioritized": prioritized, "capacity": capacity, "sample": {}}
-        for start in range(0, capacity, chunk):
-            self.extend(buf, self.prepare(make_rows(start, min(chunk, capacity - start), width), prioritized))
-        return buf
-
-    def prepare(self, rows, prioritized):
-        import jax
-        import jax.numpy as jnp
-
-        data = {"obs": jnp.asarray(rows.obs), "action": jnp.asarray(rows.action), "reward": jnp.asarray(rows.reward)}
-        priority = jnp.asarray(rows.priority.astype(np.float32)) if prioritized else None
-        return jax.block_until_ready((data, priority))
-
-    def extend(self, buf, prepared):
-        import jax
-
-        data, priority = prepared
-        fn = buf["fns"]["extend"]
-        buf["state"] = jax.block_until_ready(fn(buf["state"], data, priority) if priority is not None
-                                             else fn(buf["state"], data))
-
-    def sample(self, buf, batch):
-        import jax
-
-        if batch not in buf["sample"]:  # flashbax fixes the batch size when it builds its functions
-            buf["sample"][batch] = self._fns(buf["capacity"], batch, buf["prioritized"])["sample"]
-        fn = buf["sample"][batch]
-        rows, index, weight, buf["key"] = jax.block_until_ready(fn(buf["state"], buf["key"]))
-        return {"obs": rows["obs"], "action": rows["action"], "reward": rows["reward"], "index": index,
-                "weight": weight}
-
-    def prepare_update(self, index, raw):
-        import jax.numpy as jnp
-
-        return jnp.asarray(index.astype(np.int32)), jnp.asarray(raw.astype(np.float32))
-
-    def update_priority(self, buf, index, priority):
-        import jax
-
-        buf["state"] = jax.block_until_ready(buf["fns"]["set_priorities"](buf["state"], index, priority))
-
-    def priority_at(self, buf, slots):
-        from flashbax.buffers import sum_tree
-
-        return np.asarray(sum_tree.get_batch(buf["state"].sum_tree_state, slots.astype(np.int32)), dtype=np.float64)
-
-    def rows_at(self, buf, slots):
-        exp = buf["state"].experience
-        return {k: np.asarray(exp[k][0])[slots] for k in ("obs", "action", "reward")}
-
-
-class FlashbaxFlat(Flashbax):
-    """flashbax's ``make_flat_buffer`` (uniform only), driven like :class:`Flashbax`: its sample
-    is a batch of transition pairs (row i, row i + 1, never across the write head); the rows
-    checked are the pairs' first rows, and the timed sample returns both."""
-
-    name = "flashbax-flat"
-    flat, has_prioritized = True, False
-
-
-class NotInstalled(Peer):
-    """A peer whose library is not installed here: listed with the reason."""
-
-    def __init__(self, name: str, dist: str, module: str):
-        self.name, self.dist, self.module = name, dist, module
-
-    def unavailable(self):
-        try:
-            importlib.import_module(self.module)
-        except ImportError as err:
-            return f"not installed ({err})"
-        return f"installed, but no driver here yet for {self.dist} {self.version()}"
-
-
-def drivers() -> dict[str, type[Peer]]:
-    """Every peer driver of this module (a :class:`Peer` subclass), by its name."""
-    found, todo = {}, [Peer]
-    while todo:
-        for cls in todo.pop().__subclasses__():
-            todo.append(cls)
-            if cls.__module__ == __name__ and cls not in (Rbcheck, NotInstalled):
-                found[cls.name] = cls
-    return found
-
-
-def all_peers() -> list[Peer]:
-    """Every peer, in the order of the built-ins' records (``peers`` in harness/records.py)."""
-    from rbcheck.harness.records import peer_names
-
-    found = drivers()
-    missing = [name for name in peer_names() if name not in found]
-    if missing:
-        raise LookupError(f"peers of the records without a driver here={missing}, but should each be a Peer "
-                          f"subclass of bench/peers.py named so ({sorted(found)})")
-    return [found[name]() for name in peer_names()]
-
-
 # --- checks of every peer before timing ------------------------------------------------------
+
+#: Rows of the samples that check a buffer with no read of its rows or priorities (at most).
+CHECK_SAMPLE = 65536
 
 
 class Bench:
-    """The buffers of one width: ``buffers[(peer, prioritized)]``, filled and checked."""
+    """The buffers of one width: ``buffers[(peer, prioritized)]`` (raw faces), filled and checked
+    against :class:`~rbcheck.harness.raw_checks.RowModel` (failures:
+    :class:`~rbcheck.harness.failure.PropertyFailure`)."""
 
     def __init__(self, peers: list[Peer], capacity: int, width: int, batch: int, log=print,
                  extend_sizes=EXTEND_SIZES):
@@ -895,87 +135,90 @@ class Bench:
             raise ValueError(f"sum(extend sizes)={sum(self.extend_sizes)}, but should be <= capacity "
                              f"({capacity}): the checked extends do not wrap the ring")
         self.base = next(p for p in peers if p.name == BASE)
-        self.model = Model(capacity)
+        self.model = RowModel(spec_for(capacity, width, True, batch),
+                              [p.conventions for p in peers if p.has_prioritized])
         self.buffers: dict = {}
         self.checks = 0
         for peer in peers:
             for prioritized in (False, True):
                 if prioritized and not peer.has_prioritized:
                     continue
-                self.buffers[peer.name, prioritized] = peer.build(capacity, width, prioritized)
+                self.buffers[peer.name, prioritized] = filled(peer, capacity, width, prioritized, batch)
         self.check_all()
 
     def where(self, peer, op, prioritized=None):
         kind = "" if prioritized is None else (" prioritized" if prioritized else " uniform")
         return f"{peer.name}{kind} {op}, width {self.width}"
 
-    def check_contents(self, slots=None):
-        slots = np.arange(self.capacity) if slots is None else slots
-        want = expected_rows(self.model, slots, self.width)
-        for (name, prioritized), buf in self.buffers.items():
-            peer = self.peer(name)
-            check_rows(peer.rows_at(buf, slots), want, self.where(peer, "contents", prioritized))
-            self.checks += 1
-
     def peer(self, name):
         return next(p for p in self.peers if p.name == name)
+
+    def expected(self, slots):
+        return self.model.rows(slots, self.width)
+
+    def check_held(self, face, slots, where):
+        """The rows ``face`` holds at ``slots`` are the model's; a face with no read of its rows:
+        every row of a large sample is the one its slot holds."""
+        got = face.rows_at(slots)
+        if got is None:
+            n = min(self.capacity, CHECK_SAMPLE)
+            check_sample(face.sample(n), self.model, self.expected, n, where)
+        else:
+            check_rows(got, self.expected(slots), where)
+        self.checks += 1
+
+    def check_contents(self, slots=None):
+        slots = np.arange(self.capacity) if slots is None else slots
+        for (name, prioritized), face in self.buffers.items():
+            self.check_held(face, slots, self.where(self.peer(name), "contents", prioritized))
 
     def check_all(self):
         self.check_contents()
         for n in self.extend_sizes:  # the same rows into every buffer: same slots, same rows
             rows = make_rows(self.model.written, n, self.width)
-            for (name, prioritized), buf in self.buffers.items():
-                peer = self.peer(name)
-                peer.extend(buf, peer.prepare(rows, prioritized))
-            slots = self.model.write(rows)
-            self.check_contents(slots)
-        base_rows = self.base.rows_at(self.buffers[BASE, False], np.arange(self.capacity))
-        for (name, prioritized), buf in self.buffers.items():
+            for (_, prioritized), face in self.buffers.items():
+                face.add(face.prepare(rows.columns, rows.priority if prioritized else None))
+            self.check_contents(self.model.write(rows.t))
+        base_rows = self.buffers[BASE, False].rows_at(np.arange(self.capacity))
+
+        def at(slots):
+            return {k: v[slots] for k, v in base_rows.items()}
+
+        for (name, prioritized), face in self.buffers.items():
             peer = self.peer(name)
             op = "sample_prioritized" if prioritized else "sample_uniform"
-            check_sample(peer, peer.sample(buf, self.batch), self.model, base_rows, self.batch,
-                         self.where(peer, op), prioritized)
+            check_sample(face.sample(self.batch), self.model, at, self.batch, self.where(peer, op),
+                         peer.conventions if prioritized else None)
             self.checks += 1
-            if prioritized:
-                check_priorities(peer.priority_at(buf, np.arange(self.capacity)), np.arange(self.capacity),
-                                 self.model, self.where(peer, "priorities")) \
-                    if peer.priority_at(buf, np.arange(4)) is not None else None
+            if prioritized and face.priority_at(np.arange(4)) is not None:
+                check_priorities(face.priority_at(np.arange(self.capacity)), np.arange(self.capacity),
+                                 self.model.oracle(peer.conventions), self.where(peer, "priorities"))
         index, raw = self.update_args()
-        for (name, prioritized), buf in self.buffers.items():
-            if not prioritized:
-                continue
-            peer = self.peer(name)
-            peer.update_priority(buf, *peer.prepare_update(index, raw))
-        self.model.raw[index] = raw
-        for (name, prioritized), buf in self.buffers.items():
-            if not prioritized:
-                continue
-            peer, where = self.peer(name), self.where(self.peer(name), "update_priority")
-            stored = peer.priority_at(buf, index)
+        prioritized_faces = [(self.peer(name), face) for (name, kind), face in self.buffers.items() if kind]
+        for _, face in prioritized_faces:
+            face.update_priorities(*face.prepare_update(index, raw))
+        self.model.update(index, raw)
+        for peer, face in prioritized_faces:
+            where = self.where(peer, "update_priority")
+            stored = face.priority_at(index)
             if stored is not None:
-                check_priorities(stored, index, self.model, where)
+                check_priorities(stored, index, self.model.oracle(peer.conventions), where)
             else:  # no read-back: the weights of a large sample, which must hit updated slots
-                out = peer.sample(buf, 65536)
-                slots = check_sample(peer, out, self.model, base_rows, 65536, where, True)
+                n = min(self.capacity, CHECK_SAMPLE)
+                slots = check_sample(face.sample(n), self.model, at, n, where, peer.conventions)
                 if not np.isin(slots, index).any():
-                    fail("updated slots sampled", 0, "> 0", where)
+                    fail("updated slots sampled", 0, "> 0", call=where)
             self.checks += 1
-        self.save_dirs = {}
+        self.save_dirs, self.loaders = {}, {}
         for peer in self.peers:
             if peer.why_not("save"):
                 continue
-            buf = self.buffers[peer.name, False]
+            face = self.buffers[peer.name, False]
             path = Path(tempfile.mkdtemp(prefix=f"rbcheck-peers-{peer.name}-"))
             self.save_dirs[peer.name] = path
-            peer.save(buf, path / "ckpt")
-            target = peer.new_target(buf, self.capacity)
-            loaded = peer.load(target, path / "ckpt")
-            slots = np.arange(self.capacity)
-            check_rows(peer.rows_at(loaded, slots), expected_rows(self.model, slots, self.width),
-                       self.where(peer, "load"))
-            self.checks += 1
-            self.targets = getattr(self, "targets", {})
-            self.targets[peer.name] = target
+            face.save(path / "ckpt")
+            self.loaders[peer.name] = face.loader(path / "ckpt")
+            self.check_held(self.loaders[peer.name](), np.arange(self.capacity), self.where(peer, "load"))
         self.log(f"width {self.width}: {self.checks} checks passed")
 
     def update_args(self):
@@ -1002,31 +245,27 @@ class Bench:
             return peer.extend_kind()
         return op in ("sample_prioritized", "update_priority")
 
+    def extend_call(self, peer: Peer, prioritized: bool, n: int):
+        """The timed extend of ``n`` rows into ``peer``'s buffer of that kind (rows prepared now)."""
+        face = self.buffers[peer.name, prioritized]
+        rows = make_rows(3 * self.capacity, n, self.width)
+        data = face.prepare(rows.columns, rows.priority if prioritized else None)
+        return lambda: face.add(data)
+
     def _call(self, peer: Peer, op: str):
         prioritized = self.baseline_kind(peer, op)
-        buf = self.buffers[peer.name, prioritized]
+        face = self.buffers[peer.name, prioritized]
         if op.startswith("extend_"):
-            n = int(op.split("_")[1])
-            data = peer.prepare(make_rows(3 * self.capacity, n, self.width), prioritized)
-            return lambda: peer.extend(buf, data)
+            return self.extend_call(peer, prioritized, int(op.split("_")[1]))
         if op.startswith("sample_"):
-            return lambda: peer.sample(buf, self.batch)
+            return lambda: face.sample(self.batch)
         if op == "update_priority":
-            args = peer.prepare_update(*self.update_args())
-            return lambda: peer.update_priority(buf, *args)
-        path = self.save_dirs[peer.name] / "ckpt"
+            args = face.prepare_update(*self.update_args())
+            return lambda: face.update_priorities(*args)
         if op == "save":
-            return lambda: peer.save(buf, path)
-        target = self.targets[peer.name]
-        return lambda: peer.load(target, path)
-
-
-def update_args(capacity: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """The slots (distinct) and raw priorities every ``update_priority`` cell is given."""
-    g = np.random.default_rng(11)
-    index = g.permutation(capacity)[:batch].astype(np.int64)
-    raw = (g.random(batch) * 3.0 + 0.05).astype(np.float32).astype(np.float64)
-    return index, raw
+            path = self.save_dirs[peer.name] / "ckpt"
+            return lambda: face.save(path)
+        return self.loaders[peer.name]
 
 
 def compared(bench: Bench, op: str, kind: bool | None = None) -> bool:
@@ -1036,16 +275,6 @@ def compared(bench: Bench, op: str, kind: bool | None = None) -> bool:
     disturb the others."""
     return any(peer.name != BASE and not peer.why_not(op)
                and (kind is None or bench.baseline_kind(peer, op) == kind) for peer in bench.peers)
-
-
-def timed(fn) -> float:
-    """Seconds one call of ``fn`` takes, the garbage collector held off during it."""
-    gc.disable()
-    t = time.perf_counter()
-    fn()
-    dt = time.perf_counter() - t
-    gc.enable()
-    return dt
 
 
 def control_cell(capacity: int, width: int, batch: int):
@@ -1084,10 +313,7 @@ def time_width(bench: Bench, reps: int, budget_s: float, runs: int, log=print) -
             if peer.name != BASE and not peer.why_not(op) and op.startswith("extend_"):
                 kind = bench.baseline_kind(peer, op)
                 if kind != bench.baseline_kind(bench.base, op) and (op, kind) not in base_kinds:
-                    n = int(op.split("_")[1])
-                    buf = bench.buffers[BASE, kind]
-                    data = bench.base.prepare(make_rows(3 * bench.capacity, n, bench.width), kind)
-                    base_kinds[op, kind] = lambda buf=buf, data=data: bench.base.extend(buf, data)
+                    base_kinds[op, kind] = bench.extend_call(bench.base, kind, int(op.split("_")[1]))
     for (op, kind), fn in base_kinds.items():
         cells[op, f"{BASE}:{'prioritized' if kind else 'uniform'}"] = fn
     cells[CONTROL, CONTROL] = control_cell(bench.capacity, bench.width, bench.batch)
@@ -1174,7 +400,7 @@ def run(peers: list[Peer], capacity: int, widths, batch: int, reps: int, budget_
     """Check and time ``peers`` (rbcheck's baseline added first); the report as a dict.
     ``only``: time these operations only (every check still runs)."""
     load0 = os.getloadavg()[0]
-    base = Rbcheck()
+    base = base_peer()
     status, usable = {}, [base]
     for peer in peers:
         why = peer.unavailable()
@@ -1252,16 +478,17 @@ def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dic
             cpus.append(time.process_time() - c)
         return [statistics.median(walls), statistics.median(cpus)]
 
-    base = Rbcheck()
-    buf = base.build(capacity, width, False)
+    face = filled(base_peer(), capacity, width, False)
+    buf = face.buffer
     tmp = Path(tempfile.mkdtemp(prefix="rbcheck-peers-costs-"))
     try:
         buf.dumps(tmp / "ckpt")
         blob = (ref_checkpoint.live_dir(tmp / "ckpt") / ref_checkpoint.TENSORS).read_bytes()
         parts = {}
         parts["save"] = med(lambda: buf.dumps(tmp / "ckpt"))
-        target = base.new_target(buf, capacity)
-        parts["load"] = med(lambda: target.loads(tmp / "ckpt"))
+        load = face.loader(tmp / "ckpt")
+        parts["load"] = med(load)
+        target = load().buffer
         for name in ("sha256", "blake2b", "sha512"):
             parts[f"hash {name}"] = med(lambda name=name: hashlib.new(name, blob).digest())
         parts["crc32 (zlib)"] = med(lambda: zlib.crc32(blob))
@@ -1293,16 +520,14 @@ def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dic
             target.load_state_dict, before=lambda: checkpoint_stream.read(tmp / "ckpt"))
         parts["save by the reference's path (before)"] = med(lambda: ref_checkpoint.save_checkpoint(buf, tmp / "ref"))
         parts["load by the reference's path (before)"] = med(lambda: ref_checkpoint.load_checkpoint(target, tmp / "ref"))
-        try:
-            trl = TorchRL()
-            if trl.unavailable() is None:
-                rb = trl.build(capacity, width, False)
-                parts["torchrl dumps"] = med(lambda: rb.dumps(tmp / "trl"))
-                trl_target = trl.new_target(rb, capacity)
-                parts["torchrl loads"] = med(lambda: trl_target.loads(tmp / "trl"))
-                del rb, trl_target
-        except ImportError as err:
-            log(f"TorchRL not timed: {err}")
+        trl = Peer.of_builtin("torchrl", "torchrl")
+        if trl.unavailable() is None:  # its raw face: dumps / loads
+            rb = filled(trl, capacity, width, False)
+            parts["torchrl dumps"] = med(lambda: rb.save(tmp / "trl"))
+            parts["torchrl loads"] = med(rb.loader(tmp / "trl"))
+            del rb
+        else:
+            log(f"TorchRL not timed: {trl.unavailable()}")
         log(f"checkpoint costs, width {width} (wall/CPU ms): " + ", ".join(
             f"{k} {w * 1e3:.0f}/{c * 1e3:.0f}" for k, (w, c) in parts.items()))
         return {"bytes": len(blob), "width": width, "capacity": capacity, "parts": parts}

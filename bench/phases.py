@@ -75,9 +75,10 @@ def cells(capacity: int, width: int, batch: int) -> tuple[dict, dict]:
     """``({name: callable}, {name: (start, end)})``: the timed calls and the memory watched."""
     from rbcheck.variants.native import empty_huge
 
-    rb = P.Rbcheck()
-    prio, uni = rb.build(capacity, width, True), rb.build(capacity, width, False)
-    index, raw = rb.prepare_update(*P.update_args(capacity, batch))
+    base = P.base_peer()  # the device variant's raw face; .buffer is its ReplayBuffer
+    faces = P.filled(base, capacity, width, True), P.filled(base, capacity, width, False)
+    prio, uni = faces[0].buffer, faces[1].buffer
+    index, raw = faces[0].prepare_update(*P.update_args(capacity, batch))
     control = P.control_cell(capacity, width, batch)
     plain = control.table
     huge = empty_huge((capacity, width + 3), torch.float32)
@@ -88,12 +89,12 @@ def cells(capacity: int, width: int, batch: int) -> tuple[dict, dict]:
            "rb_usample": lambda: uni.sample(batch), "rb_psample": lambda: prio.sample(batch),
            "gather_4k": control, "gather_2m": lambda: huge.index_select(0, rows),
            "compute": lambda: [torch.mm(a, a) for _ in range(50)]}
-    cp = P.Cpprb()
+    cp = P.Peer.of_builtin("cpprb", "cpprb")  # cpprb's adapter's raw face
     if cp.unavailable() is None:
-        cbuf = cp.build(capacity, width, True)
-        c_index, c_raw = cp.prepare_update(*P.update_args(capacity, batch))
-        out["cp_update"] = lambda: cp.update_priority(cbuf, c_index, c_raw)
-        out["cp_psample"] = lambda: cp.sample(cbuf, batch)
+        cbuf = P.filled(cp, capacity, width, True)
+        c_index, c_raw = cbuf.prepare_update(*P.update_args(capacity, batch))
+        out["cp_update"] = lambda: cbuf.update_priorities(c_index, c_raw)
+        out["cp_psample"] = lambda: cbuf.sample(batch)
     spans = {"rows": _span(prio.storage.data["obs"]), "tree": _span(prio.sampler.sum_tree.raw_nodes),
              "plain": _span(plain), "huge": _span(huge)}
     out["_keep"] = (prio, uni, plain, huge)

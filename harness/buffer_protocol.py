@@ -71,6 +71,11 @@ class BufferUnderTest(Protocol):
         return, in order: one epoch with sampler "without_replacement"
         (then it stops), endless otherwise."""
 
+    # --- the whole buffer at once (capability "sample_all"; skrl) ------------
+    def sample_all(self, mini_batches: int = 1) -> list[TensorDictBase]:
+        """Every held row once, in slot order, never a slot not written, in
+        ``mini_batches`` batches of ``len // mini_batches`` rows (the tail dropped)."""
+
     # --- edits (capability "edit") and disk storages ("memmap"; issue 41) --
     def set(self, index: torch.Tensor, rows: TensorDictBase) -> None:
         """Replace the held rows at int64 slots ``index`` (each below ``len``) in

@@ -52,23 +52,32 @@ def loadable_name(adapter: Any) -> str:
 class Trace:
     """Records what a test did to a buffer so a failure can be replayed.
 
-    ``Trace(adapter_name, spec)`` then ``trace.op("buf.extend(layout.batch(0, 3))")``
-    after (or before) each call; ``trace.wrap(buf)`` returns a proxy that
-    records every method call itself. ``trace.let("layout", layout)`` declares
-    a helper variable the snippet needs.
+    ``buf = trace.wrap(impl.make(spec))`` (or ``trace.make(spec, "twin")`` for
+    a further buffer) returns a proxy that records each method call on the
+    buffer with its arguments (:mod:`rbcheck.harness.repro` renders them);
+    ``layout = trace.source("layout", layout)`` declares a helper whose
+    results are named by the call that made them; ``trace.let`` declares a
+    value the snippet needs, ``trace.need`` an import, ``trace.directory`` a
+    scratch directory, ``trace.note`` a comment and ``trace.op`` a line of
+    setup that is not a call on a buffer (``os.truncate(...)``).
     """
 
     def __init__(self, adapter: Any, spec: Any = None) -> None:
         self.adapter = loadable_name(adapter)
+        self.impl = None if isinstance(adapter, str) else adapter
         self.spec = spec
         self.lets: list[str] = []
         self.imports: list[str] = []
-        self.ops: list[str] = []
-        self._names: dict[int, str] = {}
+        self.ops: list[Any] = []
+        self._names: dict[int, tuple[Any, Any, str]] = {}  # id -> (object, snapshot, expr)
+        self._dirs: list[tuple[str, str]] = []
+        self._placeholders = 0
 
     # -- recording --------------------------------------------------------
     def let(self, name: str, value: Any, expr: str | None = None) -> Any:
         self.lets.append(f"{name} = {expr if expr is not None else repr(value)}")
+        if expr is not None or not isinstance(value, (int, float, str, bool, type(None), tuple)):
+            self.name(value, name)
         return value
 
     def need(self, statement: str) -> None:
@@ -77,23 +86,120 @@ class Trace:
             self.imports.append(statement)
 
     def name(self, obj: Any, expr: str) -> Any:
-        """Render ``obj`` as ``expr`` when it is passed to a wrapped buffer."""
-        self._names[id(obj)] = expr
+        """Render ``obj`` as ``expr`` when it is passed to a recorded buffer
+        (while it still holds the values it had when named)."""
+        if obj is None or isinstance(obj, (int, float, str, bool, bytes, tuple, frozenset)):
+            return obj
+        snapshot = _snapshot(obj)
+        self._names[id(obj)] = (obj, snapshot, expr)
         return obj
 
+    def named(self, obj: Any) -> str | None:
+        """The name ``obj`` was given, if it still holds the values it had then."""
+        entry = self._names.get(id(obj))
+        if entry is None or entry[0] is not obj:
+            return None
+        return entry[2] if _unchanged(obj, entry[1]) else None
+
+    def named_tensordicts(self) -> list[tuple[Any, str]]:
+        return [(obj, expr) for obj, snap, expr in self._names.values()
+                if isinstance(obj, TensorDictBase) and _unchanged(obj, snap)]
+
+    def source(self, name: str, value: Any, expr: str | None = None) -> Any:
+        """Declare ``name = <repr of value>`` and return a maker whose results
+        are named by the call that made them (``layout.batch(0, 3)``)."""
+        from rbcheck.harness.repro import Source
+
+        self.lets.append(f"{name} = {expr if expr is not None else repr(value)}")
+        return Source(value, self, name)
+
+    def directory(self, path: Any, name: str = "tmp") -> Any:
+        """A scratch directory: paths under it are written ``name / '...'``,
+        and the snippet makes its own (``tempfile.mkdtemp()``)."""
+        self.need("import tempfile")
+        self.need("from pathlib import Path")
+        self.lets.append(f"{name} = Path(tempfile.mkdtemp())")
+        self._dirs.append((str(path), name))
+        return path
+
+    def path(self, path: Any) -> str:
+        """A path as the snippet writes it (under a declared directory if it is)."""
+        text = str(path)
+        for root, name in sorted(self._dirs, key=lambda d: -len(d[0])):
+            if text == root:
+                return name
+            if text.startswith(root.rstrip("/") + "/"):
+                return f"{name} / {text[len(root.rstrip('/')) + 1:]!r}"
+        self.need("from pathlib import Path")
+        return f"Path({text!r})"
+
+    def placeholder(self, value: Any) -> str:
+        from rbcheck.harness.repro import describe
+
+        self._placeholders += 1
+        name = f"arg{self._placeholders}"
+        self.lets.append(f"{name} = ...  # <{describe(value)}>: not written out; name it with trace.name")
+        self._names[id(value)] = (value, _snapshot(value), name)
+        return name
+
     def op(self, text: str) -> None:
+        """A line of setup that is not a call on a buffer (a buffer's calls are
+        recorded by :meth:`wrap`)."""
         self.ops.append(text)
 
+    def note(self, text: str) -> None:
+        """A comment in the snippet."""
+        self.ops.append("\n".join("# " + line for line in str(text).splitlines()))
+
     def render(self, value: Any) -> str:
-        return self._names.get(id(value)) or fmt(value)
+        from rbcheck.harness.repro import render
+
+        return render(value, self)
+
+    def call(self, var: str, method: str, fn: Any, args: tuple, kwargs: dict) -> Any:
+        """Record ``var.method(*args, **kwargs)``, then make the call."""
+        from rbcheck.harness.repro import Call, _Iterator
+
+        parts = [self.render(a) for a in args] + [f"{k}={self.render(v)}" for k, v in kwargs.items()]
+        if method == "iterate":
+            self.need("import itertools")
+        entry = Call(f"{var}.{method}({', '.join(parts)})")
+        self.ops.append(entry)
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as err:
+            entry.raised = type(err).__name__
+            raise
+        if method == "iterate" or type(out).__name__ == "generator":
+            self.need("import itertools")
+            return _Iterator(out, entry)
+        return out
 
     def wrap(self, buf: Any, var: str = "buf") -> Any:
-        return _Traced(buf, self, var)
+        """A recording proxy of ``buf`` (made by the snippet's header when
+        ``var`` is ``"buf"``; see :meth:`make` for any other)."""
+        from rbcheck.harness.repro import Recorded
+
+        return Recorded(buf, self, var)
+
+    def make(self, spec: Any = None, var: str = "buf", impl: Any = None) -> Any:
+        """``var = load_adapter(...).make(spec)``, recorded, as a recording proxy."""
+        spec = self.spec if spec is None else spec
+        impl = impl if impl is not None else self.impl
+        if impl is None:
+            from rbcheck.harness.adapters import load_adapter
+
+            impl = load_adapter(self.adapter)
+        self.ops.append(f"{var} = load_adapter({self.adapter!r}).make({spec!r})")
+        return self.wrap(impl.make(spec), var)
 
     # -- output ------------------------------------------------------------
     @property
     def last_call(self) -> str:
-        return self.ops[-1] if self.ops else "make"
+        if not self.ops:
+            return "make"
+        last = self.ops[-1]
+        return last.text if hasattr(last, "text") else str(last)
 
     def snippet(self) -> str:
         lines = [
@@ -105,38 +211,47 @@ class Trace:
             *self.imports,
             *self.lets,
             f"buf = load_adapter({self.adapter!r}).make({self.spec!r})",
-            *self.ops,
+            *_runs([str(op) for op in self.ops]),
         ]
         return "\n".join(lines)
 
 
-class _Traced:
-    """A proxy that records each method call on the wrapped buffer."""
+def _runs(ops: list[str]) -> list[str]:
+    """The ops, each run of one line repeated written as a loop."""
+    out: list[str] = []
+    i = 0
+    while i < len(ops):
+        j = i
+        while j + 1 < len(ops) and ops[j + 1] == ops[i]:
+            j += 1
+        count = j - i + 1
+        single = "\n" not in ops[i] and not ops[i].startswith("#")
+        out.append(f"for _ in range({count}): {ops[i]}" if count > 2 and single else ops[i])
+        if not (count > 2 and single):
+            out.extend(ops[i + 1:j + 1])
+        i = j + 1
+    return out
 
-    def __init__(self, inner: Any, trace: Trace, var: str) -> None:
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_trace", trace)
-        object.__setattr__(self, "_var", var)
 
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._inner, name)
-        if not callable(value) or name.startswith("_"):
-            return value
+def _snapshot(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, TensorDictBase):
+        return {k: v.detach().clone() for k, v in
+                ((k, obj.get(k)) for k in obj.keys(include_nested=True, leaves_only=True))
+                if isinstance(v, torch.Tensor)}
+    return None
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            parts = [self._trace.render(a) for a in args]
-            parts += [f"{k}={self._trace.render(v)}" for k, v in kwargs.items()]
-            self._trace.op(f"{self._var}.{name}({', '.join(parts)})")
-            return value(*args, **kwargs)
 
-        return call
+def _unchanged(obj: Any, snapshot: Any) -> bool:
+    from rbcheck.harness.repro import _same_bits
 
-    def __len__(self) -> int:
-        return len(self._inner)
-
-    @property
-    def inner(self) -> Any:
-        return self._inner
+    if isinstance(obj, torch.Tensor):
+        return _same_bits(obj.detach(), snapshot)
+    if isinstance(obj, TensorDictBase):
+        leaves = {k: obj.get(k) for k in obj.keys(include_nested=True, leaves_only=True)}
+        return leaves.keys() == snapshot.keys() and all(_same_bits(leaves[k].detach(), snapshot[k]) for k in leaves)
+    return True
 
 
 # --------------------------------------------------------------------------

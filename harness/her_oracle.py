@@ -48,8 +48,10 @@ def write(buf, rows: TensorDict, start: int, stop: int, trace: Trace) -> None:
 class HindsightOracle:
     """What a sample of a ring of ``capacity`` that was written ``rows[:written]`` may hold."""
 
-    def __init__(self, rows: TensorDict, written: int, capacity: int, strategy: str):
-        self.rows, self.written, self.strategy = rows[:written], written, strategy
+    def __init__(self, rows: TensorDict, written: int, capacity: int, strategy: str, reward: str = "goal_reward",
+                 unfinished: str = "kept"):
+        self.rows, self.written, self.strategy, self.reward = rows[:written], written, strategy, reward
+        self.unfinished = unfinished
         self.first_held = max(0, written - capacity)
         ends = (self.rows["terminated"] | self.rows["truncated"]).tolist()
         episode = self.rows["episode"].tolist()
@@ -59,9 +61,17 @@ class HindsightOracle:
     def finished(self, row_id: int) -> bool:
         return int(self.rows["episode"][row_id]) in self.episode_end
 
-    def held_finished(self) -> bool:
-        """Whether a finished episode has a held row (else nothing can be relabelled)."""
-        return any(self.finished(r) for r in range(self.first_held, self.written))
+    def held_finished(self, whole: bool = False) -> bool:
+        """Whether a finished episode has a held row (else nothing can be relabelled); ``whole``: whether
+        one is held whole (none of its rows overwritten: Conventions.hindsight["episodes"] = "whole_only")."""
+        episode = self.rows["episode"].tolist()
+        lost = set(episode[:self.first_held])
+        return any(self.finished(r) and not (whole and episode[r] in lost) for r in range(self.first_held, self.written))
+
+    def relabelled_reward(self, t: int, goal: torch.Tensor) -> float:
+        """The reward of row ``t`` relabelled with ``goal``, under the declared reward rule (her_laws.REWARDS)."""
+        spec = float(goal_reward(self.rows[t]["next_achieved_goal"], goal))
+        return spec if self.reward == "goal_reward" else (0.0 if spec == 0.0 else -1.0)
 
     def check(self, sample: TensorDict, trace: Trace, what: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Check every sampled row; return (relabelled, finished) masks over the batch."""
@@ -80,9 +90,9 @@ class HindsightOracle:
                 continue
             relabelled[k] = True
             self.check_goal(t, goals[k], at, trace)
-            want = float(goal_reward(row["next_achieved_goal"], goals[k]))
-            assert_same(f"reward of the relabelled row ({at}, goal {goals[k].tolist()})", float(reward[k]), want,
-                        trace)
+            rule = "" if self.reward == "goal_reward" else f", reward={self.reward!r}"
+            assert_same(f"reward of the relabelled row ({at}, goal {goals[k].tolist()}{rule})", float(reward[k]),
+                        self.relabelled_reward(t, goals[k]), trace)
         return relabelled, finished
 
     def check_goal(self, t: int, goal: torch.Tensor, at: str, trace: Trace) -> None:
@@ -90,11 +100,11 @@ class HindsightOracle:
         r = self.source.get(tuple(goal.tolist()))
         got = f"goal {goal.tolist()}" + ("" if r is None else f" (reached after row {r}, episode "
                                                               f"{int(self.rows['episode'][r])})")
-        if ep not in self.episode_end:
+        if ep not in self.episode_end and self.unfinished == "kept":
             fail(f"relabelled row of an unfinished episode ({at})", got,
                  f"its goal kept ({self.rows[t]['desired_goal'].tolist()}): episode {ep} has not ended yet, "
                  "so no relabelling may read it", trace)
-        end = self.episode_end[ep]
+        end = self.episode_end.get(ep, self.written - 1)  # unfinished="relabelled": the newest row ends it
         steps = [s for s in range(self.first_held, end + 1) if int(self.rows["episode"][s]) == ep]
         want = {"future": [s for s in steps if s >= t], "final": [end], "episode": steps}[self.strategy]
         expected = f"the state reached after one of rows {want} (strategy {self.strategy!r}, episode {ep})"

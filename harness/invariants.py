@@ -289,6 +289,9 @@ CATALOGUE: tuple[Invariant, ...] = (
         properties=("test_iteration::test_iteration_gives_the_batches_of_repeated_sample",
                     "test_iteration::test_prefetch_gives_the_stream_without_prefetch"),
     ),
+    Invariant("sample_all_whole_buffer", statement="`sample_all(k)`: every held row once, in slot order, "
+              "never a slot not written, in `k` mini-batches of `len // k` rows, the tail dropped (skrl)",
+              properties=("test_sample_all::test_sample_all_gives_every_held_row_once_in_slot_order",)),
     Invariant(
         "replacement_declared",
         statement="every sampler draws with or without replacement, within a batch and across batches, as "
@@ -375,7 +378,8 @@ CATALOGUE += (  # issue 42: hindsight relabelling and offline-to-online mixing (
         "hindsight_goals",
         statement="a relabelled goal is the goal reached after a held step of the row's own finished episode "
         "that the strategy allows (future: the row's step or later; final: the last; episode: any), never "
-        "across the ring's wrap, an overwritten step or an unfinished episode; its reward is recomputed with "
+        "across the ring's wrap, an overwritten step or an unfinished episode (unless declared: harness/her_laws.py); "
+        "its reward is recomputed with "
         "the declared reward function; the relabelled share follows the declared ratio; all of it after a "
         "save and a load",
         properties=("test_hindsight::test_relabelled_goals_come_from_the_strategys_steps_of_the_same_episode",

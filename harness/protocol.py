@@ -11,9 +11,8 @@ Contract
 * ``Adapter.make(spec)`` builds a fresh, empty buffer described by a
   :class:`BufferSpec` and returns an object following :class:`BufferUnderTest`.
 * ``Adapter.capabilities`` lists what the implementation claims to support
-  (names in :data:`CAPABILITIES`). A property needing a capability that is not
-  listed is skipped with the reason shown; a listed capability that misbehaves
-  fails.
+  (names in :data:`CAPABILITIES`). A property needing a capability that is not listed is
+  skipped with the reason shown; a listed capability that misbehaves fails.
 * ``Adapter.unavailable`` maps a capability to the reason it cannot run *here*
   (e.g. an ImportError text). Such properties are reported as "unavailable",
   never as passing.
@@ -75,6 +74,7 @@ CAPABILITIES = frozenset(
         "slice_without_replacement",  # spec.sampler="slice_without_replacement": epochs of slice starts
         "prioritized_slice",  # spec.sampler="prioritized_slice": slice starts by their step's priority
         "staleness",  # spec.sampler="staleness": rows weighted 1/(staleness+1), spec.max_staleness; set_consumer_version
+        "sample_all",  # sample_all(mini_batches): every held row once, in slot order, split; the tail dropped (skrl)
         # storages and writers (issue 41; reference/memmap_storage.py, max_value_writer.py, writer.py)
         "memmap",  # spec.storage="memmap": rows in files of spec.scratch_dir only; close() and spec.reopen
         "max_value_writer",  # spec.writer="max_value": holds the top-capacity rows by spec.value_key
@@ -480,10 +480,10 @@ class Adapter:
     known_failures: Path | None = None
     #: Documented rules that differ from the spec (the default: none).
     conventions: Conventions = field(default_factory=Conventions)
-    #: The string ``load_adapter`` built it from (a built-in name or
-    #: ``"pkg.module:factory"``): what a repro snippet loads. Set by
-    #: ``load_adapter``; empty for an adapter built by hand.
+    #: The string ``load_adapter`` built it from (a built-in name or ``"pkg.module:factory"``): what a
+    #: repro snippet loads. Set by ``load_adapter``; empty for an adapter built by hand.
     source: str = ""
+    raw: Callable[[BufferSpec], Any] | None = None  # the library's own calls to time: harness/raw_calls.py
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - CAPABILITIES

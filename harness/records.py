@@ -23,7 +23,8 @@ from typing import NamedTuple
 
 
 class BenchPeer(NamedTuple):
-    """A peer of ``python -m bench.peers`` (a driver class there of this ``name``)."""
+    """A peer of ``python -m bench.peers``: the raw face (``Adapter.raw``, harness/raw_calls.py) of
+    its record's adapter, or of the built-in ``builtin`` names, timed under this ``name``."""
 
     name: str
     #: None: timed in the main run (reports/peers.json), beside the other such peers; else
@@ -32,6 +33,8 @@ class BenchPeer(NamedTuple):
     part: str | None = None
     #: further options of that run (a part's peers share one run: their options are joined)
     options: tuple[str, ...] = ()
+    #: the built-in whose adapter's raw face is timed (None: the record's own)
+    builtin: str | None = None
 
 
 class Record(NamedTuple):
@@ -111,8 +114,13 @@ RECORDS: dict[str, Record] = _records(
            "TorchRL's HERReplayBuffer (issue 42)", **_TORCHRL),
     Record("torchrl-offline-to-online", _A + "torchrl_her:torchrl_offline_to_online_adapter", False,
            "TorchRL's OfflineToOnlineReplayBuffer (issue 42)", **_TORCHRL),
+    Record("sb3-her", _A + "sb3_her:sb3_her_adapter", False, "stable-baselines3's HerReplayBuffer (issue 42)",
+           **_SB3),
+    Record("tianshou-her", _A + "tianshou_her:tianshou_her_adapter", False, "tianshou's HERReplayBuffer (issue 42)",
+           **_TIANSHOU),
     Record("flashbax", _A + "flashbax:flashbax_adapter", False, "flashbax's flat buffer, on JAX's CPU backend",
-           **_FLASHBAX, peers=(BenchPeer("flashbax", part="flashbax"), BenchPeer("flashbax-flat", part="flashbax"))),
+           **_FLASHBAX, peers=(BenchPeer("flashbax", part="flashbax", builtin="flashbax-item"),
+                                BenchPeer("flashbax-flat", part="flashbax"))),
     Record("flashbax-item", _A + "flashbax:flashbax_item_adapter", False, "flashbax's item buffer", **_FLASHBAX),
     Record("flashbax-per", _A + "flashbax:flashbax_per_adapter", False, "flashbax's prioritised flat buffer",
            **_FLASHBAX),
@@ -132,14 +140,18 @@ RECORDS: dict[str, Record] = _records(
            "DeepMind Reverb's served table, Prioritized with SampleToInsertRatio", **_REVERB),
     Record("reverb-queue", _A + "reverb:reverb_queue_adapter", False,
            "DeepMind Reverb's served table, Fifo/Lifo/heap selectors and Queue", **_REVERB),
-    Record("rlox", _A + "rlox:rlox_adapter", False, "rlox's uniform ReplayBuffer (Rust)", **_RLOX),
+    Record("rlox", _A + "rlox:rlox_adapter", False, "rlox's uniform ReplayBuffer (Rust)", **_RLOX,
+           peers=(BenchPeer("rlox"),)),
     Record("rlox-per", _A + "rlox:rlox_per_adapter", False, "rlox's PrioritizedReplayBuffer (Rust)", **_RLOX),
     Record("rlox-sequence", _A + "rlox:rlox_sequence_adapter", False,
            "rlox's SequenceReplayBuffer, its i.i.d. sample (Rust)", **_RLOX),
     Record("rlox-mmap", _A + "rlox:rlox_mmap_adapter", False,
            "rlox's MmapReplayBuffer, older rows in a memory-mapped cold file (Rust)", **_RLOX),
+    Record("rlox-her", _A + "rlox_her:rlox_her_adapter", False, "rlox's HERBuffer (Rust; issue 42)", **_RLOX),
     Record("cpprb-nstep", _A + "cpprb_transitions:cpprb_nstep_adapter", False, "cpprb's Nstep (invariant 10)",
            **_CPPRB),
+    Record("cpprb-mmap", _A + "cpprb_mmap:cpprb_mmap_adapter", False,
+           "cpprb's uniform ReplayBuffer with mmap_prefix (issue 41)", **_CPPRB),
     Record("tianshou-nstep", _A + "tianshou_transitions:tianshou_nstep_adapter", False,
            "tianshou's Algorithm.compute_nstep_return on the buffer's samples (invariant 10)", **_TIANSHOU),
     Record("flashbax-trajectory", _A + "flashbax_trajectory:flashbax_trajectory_adapter", False,
@@ -150,23 +162,11 @@ RECORDS: dict[str, Record] = _records(
            "flashbax's prioritised trajectory buffer, n-step windows (invariant 10)", **_FLASHBAX),
     Record("torchrl-samplers", _A + "torchrl_samplers:torchrl_samplers_adapter", False,
            "TorchRL's samplers without replacement, consuming, slice epochs, prioritized slices, staleness, "
-    Record("cpprb-mmap", _A + "cpprb_mmap:cpprb_mmap_adapter", False,
-           "cpprb's uniform ReplayBuffer with mmap_prefix (issue 41)", **_CPPRB),
            "iteration (issue 40)", **_TORCHRL),
     Record("torchrl-prefetch", _A + "torchrl_samplers:torchrl_prefetch_adapter", False,
            "TorchRL's prefetch=N (issue 40)", **_TORCHRL),
     Record("torchrl-slices", _A + "torchrl_transitions:torchrl_slices_adapter", False,
            "TorchRL's SliceSampler end flags (invariant 10)", **_TORCHRL),
-    Record("rllib-episodes", _A + "rllib_episodes:rllib_episodes_adapter", False,
-           "RLlib's new-stack EpisodeReplayBuffer, sampled as n-step transitions (invariant 10)", **_RLLIB),
-    Record("rllib-episodes-per", _A + "rllib_episodes:rllib_episodes_per_adapter", False,
-           "RLlib's new-stack PrioritizedEpisodeReplayBuffer, as n-step transitions (invariant 10)", **_RLLIB),
-)
-
-MAIN = "main"  # the validate session's own environment: every built-in no other environment takes
-BASE_GROUP = "test"  # the group every validate environment and the thirdparty session install first
-
-
     Record("torchrl-memmap", _A + "torchrl_storages:torchrl_memmap_adapter", False,
            "TorchRL's LazyMemmapStorage(scratch_dir=...), edits, close/reopen (issue 41)", **_TORCHRL),
     Record("torchrl-compressed", _A + "torchrl_storages:torchrl_compressed_adapter", False,
@@ -179,6 +179,16 @@ BASE_GROUP = "test"  # the group every validate environment and the thirdparty s
            "TorchRL's NestedStorageCheckpointer (issue 41)", **_TORCHRL),
     Record("torchrl-ckpt-h5", _A + "torchrl_storages:torchrl_h5_checkpointer_adapter", False,
            "TorchRL's H5StorageCheckpointer (issue 41)", **_TORCHRL),
+    Record("rllib-episodes", _A + "rllib_episodes:rllib_episodes_adapter", False,
+           "RLlib's new-stack EpisodeReplayBuffer, sampled as n-step transitions (invariant 10)", **_RLLIB),
+    Record("rllib-episodes-per", _A + "rllib_episodes:rllib_episodes_per_adapter", False,
+           "RLlib's new-stack PrioritizedEpisodeReplayBuffer, as n-step transitions (invariant 10)", **_RLLIB),
+)
+
+MAIN = "main"  # the validate session's own environment: every built-in no other environment takes
+BASE_GROUP = "test"  # the group every validate environment and the thirdparty session install first
+
+
 def _records_or_default(records):
     return RECORDS if records is None else records
 
@@ -238,6 +248,11 @@ def peer_names(records=None) -> tuple[str, ...]:
     return tuple(p.name for r in _records_or_default(records).values() for p in r.peers)
 
 
+def peer_builtins(records=None) -> dict[str, str]:
+    """Every peer of ``python -m bench.peers`` -> the built-in whose adapter's raw face it times."""
+    return {p.name: p.builtin or r.name for r in _records_or_default(records).values() for p in r.peers}
+
+
 def peer_runs(records=None) -> list[tuple[str | None, tuple[str, ...], tuple[str, ...]]]:
     """The runs of the bench session's peers benchmark: (part, peers, options), the main run
     (part None, every peer without a part) first, then each part in the records' order."""
@@ -286,5 +301,5 @@ def readme_with_block(text: str, records=None) -> str:
 
 
 __all__ = ["BASE_GROUP", "MAIN", "OWN", "README_BEGIN", "README_END", "RECORDS", "BenchPeer", "Record", "builds",
-           "peer_names", "peer_runs", "readme_block", "readme_with_block", "session_builtins", "session_groups",
+           "peer_builtins", "peer_names", "peer_runs", "readme_block", "readme_with_block", "session_builtins", "session_groups",
            "third_party_groups", "validate_envs", "variants"]

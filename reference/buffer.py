@@ -140,6 +140,12 @@ class ReplayBuffer:
     def __iter__(self):
         return iterate(self)
 
+    def sample_all(self, mini_batches: int = 1) -> list[TensorDictBase]:
+        """Every held row once, in slot order, in ``mini_batches`` equal batches (reference/sample_all.py)."""
+        from rbcheck.reference.sample_all import sample_all
+
+        return sample_all(self.storage, len(self), mini_batches)
+
     def set(self, index, rows: TensorDictBase) -> None:
         """Edit in place: ``rows`` (batch ``[len(index)]``; one row for an int) replace the held
         rows at ``index``, each below ``len(self)``. Nothing else changes (length, cursor, write

@@ -12,119 +12,146 @@ import numpy as np
 import pytest
 
 from bench import peers as P
+from rbcheck.harness.failure import PropertyFailure
+from rbcheck.harness.raw_calls import RawCalls
+from rbcheck.harness.raw_checks import raw_priority
+from rbcheck.harness.records import peer_builtins
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"capacity": 256, "widths": [3], "batch": 16, "reps": 3, "budget_s": 0.0, "runs": 1,
          "extend_sizes": (1, 8, 32)}
 
 
-class Stub(P.Peer):
-    """A correct prioritized NumPy buffer; subclasses break one thing each."""
+class Stub(RawCalls):
+    """A correct prioritized NumPy buffer (a raw face, harness/raw_calls.py); subclasses break one
+    thing each."""
 
-    name, dist = "stub", "stub"
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.buffer = {"cursor": 0, "capacity": spec.capacity, "rng": np.random.default_rng(0)}
 
-    def version(self):
-        return "0"
+    def fill(self, rows, priority):
+        n = len(rows["obs"])
+        self.buffer.update({k: rows[k].copy() for k in ("obs", "action", "reward")})
+        self.buffer["p"] = P.transformed(raw_priority(np.arange(n)) if priority is None else priority)
 
-    def build(self, capacity, width, prioritized):
-        rows = P.make_rows(0, capacity, width)
-        buf = {"obs": rows.obs.copy(), "action": rows.action.copy(), "reward": rows.reward.copy(),
-               "p": P.transformed(rows.priority), "cursor": 0, "capacity": capacity,
-               "rng": np.random.default_rng(0)}
-        return buf
+    def prepare(self, rows, priority):
+        return rows, raw_priority(rows["obs"][:, 0].astype(np.int64)) if priority is None else priority
 
-    def prepare(self, rows, prioritized):
-        return rows
-
-    def extend(self, buf, rows):
-        slots = (buf["cursor"] + np.arange(len(rows))) % buf["capacity"]
+    def add(self, prepared):
+        rows, priority = prepared
+        buf = self.buffer
+        slots = (buf["cursor"] + np.arange(len(priority))) % buf["capacity"]
         for key in ("obs", "action", "reward"):
-            buf[key][slots] = getattr(rows, key)
-        buf["p"][slots] = P.transformed(rows.priority)
+            buf[key][slots] = rows[key]
+        buf["p"][slots] = P.transformed(priority)
         buf["cursor"] = int(slots[-1] + 1) % buf["capacity"]
 
-    def sample(self, buf, batch):
+    def sample(self, batch):
+        buf = self.buffer
         p = buf["p"]
         index = buf["rng"].choice(len(p), batch, p=p / p.sum())
         weight = (p[index] / p.min()) ** -P.BETA
         return {"obs": buf["obs"][index], "action": buf["action"][index], "reward": buf["reward"][index],
                 "index": index, "weight": weight}
 
-    def update_priority(self, buf, index, priority):
-        buf["p"][index] = P.transformed(priority)
+    def update_priorities(self, index, priority):
+        self.buffer["p"][index] = P.transformed(priority)
 
-    def priority_at(self, buf, slots):
-        return buf["p"][slots]
+    def priority_at(self, slots):
+        return self.buffer["p"][slots]
 
-    def rows_at(self, buf, slots):
-        return {k: buf[k][slots] for k in ("obs", "action", "reward")}
+    def rows_at(self, slots):
+        return {k: self.buffer[k][slots] for k in ("obs", "action", "reward")}
 
-    def save(self, buf, path):
+    def save(self, path):
         path.mkdir(parents=True, exist_ok=True)
-        np.savez(path / "b.npz", **{k: buf[k] for k in ("obs", "action", "reward", "p")})
+        np.savez(path / "b.npz", **{k: self.buffer[k] for k in ("obs", "action", "reward", "p")})
 
-    def new_target(self, buf, capacity):
-        return dict(buf)
+    def loader(self, path):
+        target = self._loaded(dict(self.buffer))
 
-    def load(self, target, path):
-        with np.load(path / "b.npz") as f:
-            target.update({k: f[k].copy() for k in f.files})
-        return target
+        def load():
+            with np.load(path / "b.npz") as f:
+                target.buffer.update({k: f[k].copy() for k in f.files})
+            return target
+
+        return load
+
+
+def peer(raw=Stub, name="stub"):
+    return P.Peer(name, raw, "0")
 
 
 class WrongExtend(Stub):
-    def extend(self, buf, rows):
-        super().extend(buf, rows)
-        buf["obs"][(buf["cursor"] - 1) % buf["capacity"], 1] += 1  # the last row's obs changed
+    def add(self, prepared):
+        super().add(prepared)
+        self.buffer["obs"][(self.buffer["cursor"] - 1) % self.buffer["capacity"], 1] += 1  # the last row changed
 
 
 class WrongRows(Stub):
-    def sample(self, buf, batch):
-        out = super().sample(buf, batch)
+    def sample(self, batch):
+        out = super().sample(batch)
         out["reward"] = out["reward"] + 1
         return out
 
 
 class WrongIndex(Stub):
-    def sample(self, buf, batch):
-        out = super().sample(buf, batch)
-        out["index"] = (out["index"] + 1) % buf["capacity"]
+    def sample(self, batch):
+        out = super().sample(batch)
+        out["index"] = (out["index"] + 1) % self.buffer["capacity"]
         return out
 
 
 class WrongWeights(Stub):
-    def sample(self, buf, batch):
-        out = super().sample(buf, batch)
+    def sample(self, batch):
+        out = super().sample(batch)
         out["weight"] = out["weight"] / out["weight"].max()  # normalised by the batch, declared by min
         return out
 
 
 class StaleUpdate(Stub):
-    def update_priority(self, buf, index, priority):
-        buf["p"][index[1:]] = P.transformed(priority[1:])  # the first slot keeps its old priority
+    def update_priorities(self, index, priority):
+        self.buffer["p"][index[1:]] = P.transformed(priority[1:])  # the first slot keeps its old priority
 
 
 class NoReadback(StaleUpdate):
     """Without a read-back the update is checked through a large sample's weights."""
 
-    def update_priority(self, buf, index, priority):
-        buf["p"][index] = P.transformed(priority * 1.5)
+    def update_priorities(self, index, priority):
+        self.buffer["p"][index] = P.transformed(priority * 1.5)
 
-    def priority_at(self, buf, slots):
+    def priority_at(self, slots):
         return None
 
 
+class NoRowRead(Stub):
+    """Without a read of its rows the contents are checked through samples (rlox)."""
+
+    def rows_at(self, slots):
+        return None
+
+
+class NoRowReadWrongExtend(NoRowRead, WrongExtend):
+    pass
+
+
 class LossyLoad(Stub):
-    def load(self, target, path):
-        target = super().load(target, path)
-        target["action"] = target["action"].copy()
-        target["action"][-1] = 0.5
-        return target
+    def loader(self, path):
+        load = super().loader(path)
+
+        def lossy():
+            target = load()
+            target.buffer["action"] = target.buffer["action"].copy()
+            target.buffer["action"][-1] = 0.5
+            return target
+
+        return lossy
 
 
 def test_smoke_run_checks_and_times_every_operation():
     lines = []
-    report = P.run([Stub()], log=lines.append, **SMALL)
+    report = P.run([peer()], log=lines.append, **SMALL)
     ops = P.ops_for(SMALL["extend_sizes"])
     got = {(r["op"], r["peer"]) for r in report["ratios"]}
     assert got == {(op, "stub") for op in ops}
@@ -152,7 +179,7 @@ def test_checkpoints_are_timed_in_a_rotation_of_their_own(monkeypatch):
     """Each run times every in-memory cell, then every save/load cell: a checkpoint's
     file, page-cache and allocator work is never timed into the next in-memory call."""
     calls = _timed_calls(monkeypatch)
-    report = P.run([Stub()], log=lambda line: None, **{**SMALL, "runs": 2})
+    report = P.run([peer()], log=lambda line: None, **{**SMALL, "runs": 2})
     kinds = [op in P.CHECKPOINT_OPS for op, _ in calls]
     back = sum(1 for a, b in zip(kinds[:-1], kinds[1:], strict=True) if a and not b)  # a checkpoint, then in-memory
     assert kinds[-1] and back == 2, kinds  # warm-up, run 1, run 2: each in-memory cells, then checkpoints
@@ -173,7 +200,7 @@ def test_every_run_times_the_control_beside_the_in_memory_cells(monkeypatch, tmp
         return lambda: (calls.append((P.CONTROL, P.CONTROL)), fn())
 
     monkeypatch.setattr(P, "control_cell", spied)
-    report = P.run([Stub()], log=lambda line: None, **{**SMALL, "runs": 2})
+    report = P.run([peer()], log=lambda line: None, **{**SMALL, "runs": 2})
     reps = SMALL["reps"]
     assert calls.count((P.CONTROL, P.CONTROL)) == 1 + 2 * (1 + reps)  # warm-up; per run an untimed pass
     checkpoint = [op in P.CHECKPOINT_OPS for op, _ in calls] + [False]
@@ -185,7 +212,7 @@ def test_every_run_times_the_control_beside_the_in_memory_cells(monkeypatch, tmp
     medians = ", ".join(f"{c['median_s'] * 1e6:.0f}" for c in report["controls"])
     assert "## How fast the machine was in each run" in text and f"| the table's run | 3 | {medians} |" in text
     (tmp_path / "peers.json").write_text(json.dumps(report))
-    (tmp_path / "peers.other.json").write_text(json.dumps(P.run([Other()], log=lambda line: None, **SMALL)))
+    (tmp_path / "peers.other.json").write_text(json.dumps(P.run([peer(name="other")], log=lambda line: None, **SMALL)))
     assert "| other | 3 |" in P.render(P.load_report(tmp_path / "peers.json"))
 
 
@@ -197,14 +224,14 @@ def test_rbcheck_is_not_timed_on_operations_no_peer_is_timed_on(monkeypatch):
     """A part whose peers have no checkpoint (flashbax) times no rbcheck save/load: such a
     cell compares with nothing and would only disturb the others."""
     calls = _timed_calls(monkeypatch)
-    report = P.run([NoCheckpoint()], log=lambda line: None, **SMALL)
+    report = P.run([peer(NoCheckpoint)], log=lambda line: None, **SMALL)
     assert calls and not any(op in P.CHECKPOINT_OPS for op, _ in calls)
     assert {b["op"] for b in report["baselines"]} == set(P.ops_for(SMALL["extend_sizes"])) - {"save", "load"}
     assert "| `save` | — |" in P.render(json.loads(json.dumps(report)))
 
 
 class UniformOnly(Stub):
-    has_prioritized = False
+    samplers = ("random",)
 
 
 def test_rbcheck_extends_only_into_the_kind_of_buffer_peers_extend_into(monkeypatch):
@@ -212,21 +239,22 @@ def test_rbcheck_extends_only_into_the_kind_of_buffer_peers_extend_into(monkeypa
     compared with rbcheck's uniform buffer: rbcheck's own prioritized extend, compared with
     nothing, is not timed, and every extend still has its ratio."""
     calls = _timed_calls(monkeypatch)
-    report = P.run([UniformOnly()], log=lambda line: None, **SMALL)
+    report = P.run([peer(UniformOnly)], log=lambda line: None, **SMALL)
     assert not any(op.startswith("extend_") and name == "rbcheck" for op, name in calls)
     assert {r["op"] for r in report["ratios"]} >= {f"extend_{n}" for n in SMALL["extend_sizes"]}
     assert all(r["base_n"] >= P.MIN_REPS for r in report["ratios"])
 
 
 @pytest.mark.parametrize("broken", [WrongExtend, WrongRows, WrongIndex, WrongWeights, StaleUpdate,
-                                    NoReadback, LossyLoad])
+                                    NoReadback, LossyLoad, NoRowReadWrongExtend])
 def test_a_wrong_answer_gets_no_number(broken):
-    with pytest.raises(P.CheckFailed, match="but should be"):
-        P.run([broken()], log=lambda line: None, **{**SMALL, "reps": P.MIN_REPS})
+    """Each check raises the harness's own failure (harness/raw_checks.py, harness/failure.py)."""
+    with pytest.raises(PropertyFailure, match="but should be"):
+        P.run([peer(broken)], log=lambda line: None, **{**SMALL, "reps": P.MIN_REPS})
 
 
 def test_peers_that_cannot_run_are_listed_with_the_reason():
-    missing = P.NotInstalled("nothing", "nothing-dist", "rbcheck_no_such_module")
+    missing = P.Peer.of_builtin("nothing", "rbcheck_no_such_module:factory")
     report = P.run([missing], log=lambda line: None, **SMALL)
     assert report["peers"]["nothing"]["skipped"].startswith("not installed")
     assert report["ratios"] == []
@@ -235,7 +263,7 @@ def test_peers_that_cannot_run_are_listed_with_the_reason():
 
 def test_extends_that_would_wrap_the_ring_are_refused():
     with pytest.raises(ValueError, match="but should be <= capacity"):
-        P.run([Stub()], log=lambda line: None, **{**SMALL, "extend_sizes": (200, 100)})
+        P.run([peer()], log=lambda line: None, **{**SMALL, "extend_sizes": (200, 100)})
 
 
 def test_the_committed_table_is_the_render_of_the_committed_report():
@@ -245,8 +273,8 @@ def test_the_committed_table_is_the_render_of_the_committed_report():
 
 
 def test_ops_re_measures_some_rows_and_keeps_the_others():
-    report = P.run([Stub()], log=lambda line: None, **SMALL)
-    again = P.run([Stub()], log=lambda line: None, **SMALL, only=["save", "load"])
+    report = P.run([peer()], log=lambda line: None, **SMALL)
+    again = P.run([peer()], log=lambda line: None, **SMALL, only=["save", "load"])
     assert {r["op"] for r in again["ratios"]} == {"save", "load"}
     merged = P.merge(json.loads(json.dumps(report)), again, ["save", "load"])
     assert sorted((r["op"], r["run"]) for r in merged["ratios"]) == sorted((r["op"], r["run"]) for r in report["ratios"])
@@ -259,9 +287,9 @@ def test_a_re_measured_op_that_now_runs_drops_its_old_skip_reason():
     """A peer skipped on an operation (say TorchRL's prioritized sampler
     before its extension was rebuilt) and re-timed on it with --ops: the
     table must not keep saying it was skipped, and other ops' reasons stay."""
-    report = P.run([Stub()], log=lambda line: None, **SMALL)
+    report = P.run([peer()], log=lambda line: None, **SMALL)
     report["peers"]["stub"]["ops_skipped"] = {"update_priority": "no tree", "save": "no checkpoint"}
-    again = P.run([Stub()], log=lambda line: None, **SMALL, only=["update_priority"])
+    again = P.run([peer()], log=lambda line: None, **SMALL, only=["update_priority"])
     merged = P.merge(json.loads(json.dumps(report)), again, ["update_priority"])
     assert merged["peers"]["stub"]["ops_skipped"] == {"save": "no checkpoint"}
 
@@ -270,19 +298,15 @@ def test_checkpoint_costs_time_every_part_and_render():
     costs = P.checkpoint_costs(4096, 8, reps=1, log=lambda line: None)
     assert {"save", "load", "hash sha256", "write + fsync", "load by the reference's path (before)"} <= set(costs["parts"])
     assert all(wall >= 0 and cpu >= 0 for wall, cpu in costs["parts"].values())
-    report = P.run([Stub()], log=lambda line: None, **SMALL)
+    report = P.run([peer()], log=lambda line: None, **SMALL)
     report["checkpoint_costs"], report["checkpoint_costs_load_average"] = [costs], 1.0
     assert "| hash sha256 |" in P.render(report)
 
 
-class Other(Stub):
-    name, dist = "other", "other"
-
-
 def test_parts_from_other_environments_are_merged_into_the_table(tmp_path):
-    main = P.run([Stub(), P.NotInstalled("other", "other", "rbcheck_no_such_module")], log=lambda line: None,
+    main = P.run([peer(), P.Peer.of_builtin("other", "rbcheck_no_such_module:factory")], log=lambda line: None,
                  **SMALL)
-    part = P.run([Other()], log=lambda line: None, **SMALL)
+    part = P.run([peer(name="other")], log=lambda line: None, **SMALL)
     (tmp_path / "peers.json").write_text(json.dumps(main))
     (tmp_path / "peers.other.json").write_text(json.dumps(part))
     merged = P.load_report(tmp_path / "peers.json")
@@ -296,14 +320,15 @@ def test_parts_from_other_environments_are_merged_into_the_table(tmp_path):
     assert (tmp_path / "peers.md").read_text() == text
 
 
-@pytest.mark.parametrize("peer, module", [(P.Flashbax, "flashbax"), (P.FlashbaxFlat, "flashbax"),
-                                          (P.RLlib, "ray.rllib.utils.replay_buffers")])
-def test_library_drivers_pass_every_check_at_a_small_size(peer, module):
-    """The RLlib and flashbax drivers (each library in its own dependency group: skipped here
-    when it is not installed) answer every check and get a number for each operation they have."""
-    pytest.importorskip(module)
-    report = P.run([peer()], log=lambda line: None, **SMALL)
-    status = report["peers"][peer.name]
+@pytest.mark.parametrize("name", list(peer_builtins()))
+def test_every_peer_passes_every_check_at_a_small_size(name):
+    """Each peer of the records (its adapter's raw face; skipped where its library is not installed,
+    as in the tests environment) answers every check and gets a number for each operation it has."""
+    one = P.Peer.of_builtin(name, peer_builtins()[name])
+    if one.unavailable():
+        pytest.skip(one.unavailable())
+    report = P.run([one], log=lambda line: None, **SMALL)
+    status = report["peers"][name]
     assert status["skipped"] is None, status
     timed = {r["op"] for r in report["ratios"]}
     assert timed == set(P.ops_for(SMALL["extend_sizes"])) - set(status["ops_skipped"])
@@ -313,8 +338,8 @@ def test_library_drivers_pass_every_check_at_a_small_size(peer, module):
 def _check_costs(**kw):
     from bench import check_costs
 
-    return check_costs.measure(256, 3, 16, 6, 1, log=lambda line: None, uniform_peer=Stub(),
-                               prioritized_peer=Stub(), **kw)
+    return check_costs.measure(256, 3, 16, 6, 1, log=lambda line: None, uniform_peer=peer(),
+                               prioritized_peer=peer(), **kw)
 
 
 def test_check_costs_time_each_way_and_render():
@@ -335,7 +360,7 @@ def test_check_costs_refuse_repetitions_the_ways_cannot_share():
     from bench import check_costs
 
     with pytest.raises(ValueError, match="reps=4, but should be a positive multiple of 3"):
-        check_costs.measure(256, 3, 16, 4, 1, uniform_peer=Stub(), prioritized_peer=Stub())
+        check_costs.measure(256, 3, 16, 4, 1, uniform_peer=peer(), prioritized_peer=peer())
     with pytest.raises(SystemExit):
         P.main(["--checks", "--check-reps", "0"])
 
@@ -344,20 +369,34 @@ def test_check_costs_refuse_a_way_that_leaves_another_state(monkeypatch):
     """A way of calling that writes a different row, or skips the trees, gets no number."""
     from bench import check_costs
 
-    commit = check_costs._commit
+    dropped = check_costs.extend_dropped
 
-    def wrong_row(storage, *args):
-        index = commit(storage, *args)
-        storage.data["obs"][index] += 1
-        return index
+    def wrong_row(buf, data):
+        call = dropped(buf, data)
 
-    monkeypatch.setattr(check_costs, "_commit", wrong_row)
-    with pytest.raises(P.CheckFailed, match="rows/obs differs"):
+        def wrong():
+            index = call()
+            buf.storage.data["obs"][index] += 1
+            return index
+
+        return wrong
+
+    monkeypatch.setattr(check_costs, "extend_dropped", wrong_row)
+    with pytest.raises(PropertyFailure, match="rows/obs=<differs"):
         _check_costs()
-    monkeypatch.setattr(check_costs, "_commit", commit)
+    monkeypatch.setattr(check_costs, "extend_dropped", dropped)
     monkeypatch.setattr(check_costs, "update_dropped", lambda buf, index, priority: lambda: None)
-    with pytest.raises(P.CheckFailed, match="update_priority, dropped: sum_tree differs"):
+    with pytest.raises(PropertyFailure, match="update_priority, dropped: sum_tree=<differs"):
         _check_costs()
+
+
+def test_the_ablation_switches_are_on_and_restored():
+    """The product's switches that --checks turns off for one call (variants/extend_fast.py,
+    variants/update_fast.py) are on, and on again after a measurement."""
+    from rbcheck.variants import extend_fast, update_fast
+
+    _check_costs()
+    assert extend_fast.CHECKS is True and update_fast.CHECKS is True
 
 
 def test_phases_records_every_cell_and_the_memory_watched(tmp_path):
@@ -383,8 +422,61 @@ def test_phases_records_every_cell_and_the_memory_watched(tmp_path):
 
 def test_the_peers_are_the_records_peers_in_their_order():
     """The peers benchmark's list of peers comes from the built-ins' records
-    (harness/records.py), each a driver of this module."""
-    from rbcheck.harness.records import peer_names
+    (harness/records.py), each the raw face of a built-in's adapter."""
+    from rbcheck.harness.records import RECORDS, peer_names
 
     assert [p.name for p in P.all_peers()] == list(peer_names())
-    assert set(peer_names()) == set(P.drivers()), sorted(P.drivers())
+    assert set(peer_builtins()) == set(peer_names()) and set(peer_builtins().values()) <= set(RECORDS)
+    assert peer_builtins()["rlox"] == "rlox" and peer_builtins()["flashbax"] == "flashbax-item"
+
+
+#: Import names of the libraries the adapters drive (harness/records.py's libraries).
+LIBRARIES = ("torchrl", "cpprb", "tianshou", "stable_baselines3", "gymnasium", "flashbax", "jax", "ray", "rlox",
+             "skrl", "d3rlpy", "reverb")
+#: bench modules that still drive a library themselves (not the peers benchmark; to move onto
+#: the adapters' raw faces in turn)
+NOT_YET = {"add_speed.py", "ray_bench.py", "speed_check.py", "checkpoint_speed.py"}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth (function-level imports too)."""
+    import ast
+
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            if node.module == "bench":
+                out |= {f"bench.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            out.add(node.args[0].value)
+    return out
+
+
+def test_bench_imports_no_library_the_adapters_drive():
+    """The benchmarks drive the libraries through the adapters' raw faces (harness/raw_calls.py):
+    no module of bench/ imports one (but those listed in NOT_YET)."""
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        if path.name in NOT_YET:
+            continue
+        found = sorted(m for m in _imports(path) if m.split(".")[0] in LIBRARIES)
+        assert not found, f"{path.name} imports {found}, but should reach the libraries through the adapters"
+
+
+def test_bench_modules_import_no_cycle():
+    """No import cycle between bench modules (bench/peers.py and bench/check_costs.py share bench/faces.py)."""
+    paths = {f"bench.{p.stem}": p for p in (ROOT / "bench").glob("*.py")}
+    graph = {name: {m for m in _imports(path) if m in paths and m != name} for name, path in paths.items()}
+
+    def reach(start, node, seen):
+        for nxt in graph[node]:
+            assert nxt != start, f"{start} imports itself through {sorted(seen | {node})}"
+            if nxt not in seen:
+                seen.add(nxt)
+                reach(start, nxt, seen)
+
+    for name in graph:
+        reach(name, name, set())

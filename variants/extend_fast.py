@@ -84,6 +84,11 @@ from rbcheck.variants.vector_tree import interpreting
 
 #: Set to False to turn the fast path off (the tests compare both paths).
 ENABLED = True
+#: Set to False to skip ``_write``'s Python checks of the batch (each column's type, dtype, shape,
+#: device, contiguity; the rows' memory not moved; the generation column, trees, max priority,
+#: alpha and eps still the ones bound): for the ablation of bench/check_costs.py ONLY, on a buffer
+#: whose plan an earlier extend of the same layout bound. The checks of values in C stay.
+CHECKS = True
 
 
 def _sources(storage: DeviceStorage, data) -> list | None:
@@ -329,29 +334,32 @@ def _write(buffer, data, plan: _Plan, calls, source: dict, n: int, capacity: int
     """``try_extend`` from the layout check on (under the storage's ``extend_lock``)."""
     storage, writer, sampler = buffer.storage, buffer.writer, buffer.sampler
     bound, block = plan.bound, plan.block
-    sources = []  # the columns' addresses, in the block's order
-    for name, dtype, shape in plan.layouts.get(n) or plan.layout(n):
-        value = source.get(name)
-        if type(value) is not torch.Tensor or value.dtype is not dtype or value.shape != shape \
-                or not value.is_cpu:
-            return None  # another layout: the full path (raises the reference's error)
-        if not value.is_contiguous():
+    if not CHECKS:  # bench/check_costs.py's ablation: the addresses only
+        sources = [source[name].data_ptr() for name, _, _ in plan.layouts.get(n) or plan.layout(n)]
+    else:
+        sources = []  # the columns' addresses, in the block's order
+        for name, dtype, shape in plan.layouts.get(n) or plan.layout(n):
+            value = source.get(name)
+            if type(value) is not torch.Tensor or value.dtype is not dtype or value.shape != shape \
+                    or not value.is_cpu:
+                return None  # another layout: the full path (raises the reference's error)
+            if not value.is_contiguous():
+                return _try_extend_torch(buffer, data)
+            sources.append(value.data_ptr())
+        # the addresses the block keeps, checked after the sources' (data_ptr is warm by now)
+        if plan.moved():  # the rows' memory moved in place: a new plan, then this extend again
+            storage._extend_plan = _Plan(storage)
+            return try_extend(buffer, data)
+        generation = writer.generation
+        if (generation is not bound.get("generation") or generation.data_ptr() != plan.at["generation"]) \
+                and not plan.bind_generation(generation):
             return _try_extend_torch(buffer, data)
-        sources.append(value.data_ptr())
-    # the addresses the block keeps, checked after the sources' (data_ptr is warm by now)
-    if plan.moved():  # the rows' memory moved in place: a new plan, then this extend again
-        storage._extend_plan = _Plan(storage)
-        return try_extend(buffer, data)
-    generation = writer.generation
-    if (generation is not bound.get("generation") or generation.data_ptr() != plan.at["generation"]) \
-            and not plan.bind_generation(generation):
-        return _try_extend_torch(buffer, data)
     free = plan.free.get(n)
     index = free.pop() if free else plan.slots(n)  # the slots returned, made ahead
     count, first = writer.write_count, writer.cursor
     if prioritized:
         sum_tree, min_tree = sampler.sum_tree, sampler.min_tree
-        if (sum_tree._nodes is not bound.get("sum") or min_tree._nodes is not bound.get("min")
+        if CHECKS and (sum_tree._nodes is not bound.get("sum") or min_tree._nodes is not bound.get("min")
                 or sampler._max_priority is not bound.get("max") or sampler.eps != bound.get("eps")
                 or sampler.alpha != bound.get("alpha")
                 or (sum_tree._nodes.data_ptr(), min_tree._nodes.data_ptr(), sampler._max_priority.data_ptr())

@@ -44,6 +44,10 @@ from rbcheck.variants.vector_tree import kept
 
 #: Set to False to turn the fast path off (the tests compare both paths).
 ENABLED = True
+#: Set to False to skip ``try_update``'s Python checks of the arguments and of the bound plan
+#: (for the ablation of bench/check_costs.py ONLY, with a plan an earlier update bound and
+#: arguments of its kind). The checks of values in C stay.
+CHECKS = True
 
 
 class _UpdatePlan:
@@ -96,17 +100,17 @@ def try_update(sampler, index, priority) -> bool | None:
     """``update_priority(index, priority)`` without generations, as ``_update_native``
     makes it (one native call): True when done; False when a check in C failed; None
     when the fast path does not apply. Nothing changed unless True."""
-    if not ENABLED or not (type(index) is torch.Tensor and type(priority) is torch.Tensor) \
-            or index.dtype is not torch.long or index.dim() != 1 \
-            or (priority.dtype is not torch.float64 and priority.dtype is not torch.float32) \
-            or priority.shape != index.shape or not (index.is_cpu and priority.is_cpu) \
-            or not (index.is_contiguous() and priority.is_contiguous()):
+    if not ENABLED or CHECKS and (not (type(index) is torch.Tensor and type(priority) is torch.Tensor)
+                                  or index.dtype is not torch.long or index.dim() != 1
+                                  or (priority.dtype is not torch.float64 and priority.dtype is not torch.float32)
+                                  or priority.shape != index.shape or not (index.is_cpu and priority.is_cpu)
+                                  or not (index.is_contiguous() and priority.is_contiguous())):
         return None
     n = index.shape[0]
-    if not 1 <= n < torch_pow.GRAIN:
+    if CHECKS and not 1 <= n < torch_pow.GRAIN:
         return None
     plan = sampler.__dict__.get("_update_plan")
-    if plan is None or not _current(sampler, plan):
+    if plan is None or CHECKS and not _current(sampler, plan):
         plan = bind(sampler)
         if plan is None:
             return None

@@ -275,12 +275,18 @@ def _make(spec: BufferSpec) -> CpprbBuffer:
 
 def cpprb_adapter() -> Adapter:
     """cpprb's uniform ``ReplayBuffer``."""
-    return Adapter(name="cpprb", version=_version(), make=_make, capabilities=UNIFORM_CAPABILITIES)
+    from rbcheck.harness.raw_calls import RawFace
+
+    return Adapter(name="cpprb", version=_version(), make=_make, capabilities=UNIFORM_CAPABILITIES,
+                   raw=RawFace("rbcheck.harness.adapters.cpprb_raw:CpprbRaw"))
 
 
 def cpprb_per_adapter() -> Adapter:
     """cpprb's ``PrioritizedReplayBuffer``."""
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(
+        raw=RawFace("rbcheck.harness.adapters.cpprb_raw:CpprbRaw"),
         name="cpprb-per",
         version=_version(),
         make=_make,

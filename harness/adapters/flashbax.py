@@ -396,13 +396,19 @@ def _maker(kind: str):
 
 def flashbax_adapter() -> Adapter:
     """flashbax's flat buffer (transition pairs; the rows are the pairs' first elements)."""
-    return Adapter(name="flashbax", version=_version(), make=_maker("flat"), capabilities=UNIFORM_CAPABILITIES)
+    from rbcheck.harness.raw_calls import RawFace
+
+    return Adapter(name="flashbax", version=_version(), make=_maker("flat"), capabilities=UNIFORM_CAPABILITIES,
+                   raw=RawFace("rbcheck.harness.adapters.flashbax_raw:FlashbaxFlatRaw"))
 
 
 def flashbax_item_adapter() -> Adapter:
     """flashbax's item buffer (each row an item)."""
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(name="flashbax-item", version=_version(), make=_maker("item"),
-                   capabilities=UNIFORM_CAPABILITIES)
+                   capabilities=UNIFORM_CAPABILITIES,
+                   raw=RawFace("rbcheck.harness.adapters.flashbax_raw:FlashbaxItemRaw"))
 
 
 def flashbax_per_adapter() -> Adapter:
@@ -413,8 +419,11 @@ def flashbax_per_adapter() -> Adapter:
 
 def flashbax_item_per_adapter() -> Adapter:
     """flashbax's prioritised item buffer (float32 sum tree)."""
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(name="flashbax-item-per", version=_version(), make=_maker("item-per"),
-                   capabilities=PER_CAPABILITIES, conventions=PER_CONVENTIONS)
+                   capabilities=PER_CAPABILITIES, conventions=PER_CONVENTIONS,
+                   raw=RawFace("rbcheck.harness.adapters.flashbax_raw:FlashbaxItemRaw"))
 
 
 __all__ = ["FlashbaxBuffer", "PER_CONVENTIONS", "flashbax_adapter", "flashbax_item_adapter",

@@ -143,6 +143,9 @@ class ShapedBuffer:
     def iterate(self):
         return iter(self.buffer)
 
+    def sample_all(self, mini_batches: int = 1) -> list[TensorDictBase]:  # capability "sample_all"
+        return self.buffer.sample_all(mini_batches)
+
     # staleness (issue 40): the learner's version, against which each row's staleness counts
     def set_consumer_version(self, version: int) -> None:
         _attr(self.buffer, "sampler").set_consumer_version(version)

@@ -23,23 +23,30 @@ stops when the buffer is collected or at exit. The spec maps to the table:
   when the rate limiter's timeout passes) becomes ``TimeoutError``.
 * ``len``: ``client.server_info()["t"].current_size``.
 
-Judged in docs/findings.md (Reverb R1): an insert whose flush timed out is
-not withdrawn; the server inserts it once the limiter admits it.
+Declared convention (docs/bugs.toml, Reverb R1): ``Conventions.sampler_rules=
+{"timed_out_insert": "lands_later"}`` (harness/sampler_laws.py). An insert
+whose flush timed out is not withdrawn; the server inserts it once the
+limiter admits it (``TrajectoryWriter.flush``'s docstring:
+"although the block is interrupted, the insertion of the items will proceed
+in the background", reverb/trajectory_writer.py:403-406).
 """
 
 from __future__ import annotations
 
 import importlib
 import weakref
-from pathlib import Path
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rbcheck.harness.protocol import Adapter, BufferSpec
+from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
 TABLE = "t"
+#: Reverb R1 (docs/bugs.toml): a timed-out insert lands later, as documented.
+CONVENTIONS = Conventions(sampler_rules={"timed_out_insert": "lands_later"}, notes={
+    "sampler_rules": "a timed-out insert lands later: TrajectoryWriter.flush inserts in the background after "
+                     "its timeout (reverb/trajectory_writer.py:403-406; reverb/cc/reverb_service_impl.cc:207)"})
 
 
 def _import():
@@ -129,7 +136,7 @@ def _adapter(name: str, flavour: str, capabilities: set[str]) -> Adapter:
 
     return Adapter(name=name, version=f"dm-reverb {version('dm-reverb')} (tensorflow {version('tensorflow-cpu')})",
                    make=lambda spec: ReverbBuffer(spec, flavour), capabilities=frozenset(capabilities),
-                   known_failures=Path(__file__).resolve().parent.parent / "known_failures" / f"{name}.txt")
+                   conventions=CONVENTIONS)
 
 
 def reverb_adapter() -> Adapter:

@@ -320,12 +320,18 @@ def _make(spec: BufferSpec) -> RLlibBuffer:
 
 def rllib_adapter() -> Adapter:
     """RLlib's old-stack uniform ``ReplayBuffer``."""
-    return Adapter(name="rllib", version=_version(), make=_make, capabilities=UNIFORM_CAPABILITIES)
+    from rbcheck.harness.raw_calls import RawFace
+
+    return Adapter(name="rllib", version=_version(), make=_make, capabilities=UNIFORM_CAPABILITIES,
+                   raw=RawFace("rbcheck.harness.adapters.rllib_raw:RLlibRaw"))
 
 
 def rllib_per_adapter() -> Adapter:
     """RLlib's old-stack ``PrioritizedReplayBuffer``."""
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(
+        raw=RawFace("rbcheck.harness.adapters.rllib_raw:RLlibRaw"),
         name="rllib-per",
         version=_version(),
         make=_make,

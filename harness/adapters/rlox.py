@@ -338,14 +338,20 @@ PER_CONVENTIONS = Conventions(
 
 def rlox_adapter() -> Adapter:
     """rlox's ``ReplayBuffer`` (uniform, with replacement)."""
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(name="rlox", version=_version(), make=_maker("ReplayBuffer", ("random",)),
-                   capabilities=frozenset({"random"}))
+                   capabilities=frozenset({"random"}),
+                   raw=RawFace("rbcheck.harness.adapters.rlox_raw:RloxRaw"))
 
 
 def rlox_per_adapter() -> Adapter:
     """rlox's ``PrioritizedReplayBuffer``."""
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(name="rlox-per", version=_version(), make=_maker("PrioritizedReplayBuffer", ("prioritized", "random")),
-                   capabilities=frozenset({"prioritized"}), conventions=PER_CONVENTIONS)
+                   capabilities=frozenset({"prioritized"}), conventions=PER_CONVENTIONS,
+                   raw=RawFace("rbcheck.harness.adapters.rlox_raw:RloxRaw"))
 
 
 def rlox_sequence_adapter() -> Adapter:

@@ -202,7 +202,10 @@ def sb3_adapter() -> Adapter:
         ) from err
     from importlib.metadata import version
 
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(
+        raw=RawFace("rbcheck.harness.adapters.sb3_raw:SB3Raw"),
         name="sb3",
         version=f"{version('stable-baselines3')} (numpy {np.__version__})",
         make=_make,

@@ -38,6 +38,11 @@ Mapping (nothing emulated; the rows stay torch tensors, no conversion):
   has no seed argument; a user seeds it with ``torch.manual_seed`` (skrl's
   ``set_seed``). Each buffer keeps its own state of that generator, seeded
   with ``spec.seed``, swapped in for the length of one ``sample`` call.
+* ``sample_all(mini_batches)``: ``sample_all(names, mini_batches=k)``
+  (base.py:309): the whole allocated memory in slot order (``tensors_view``),
+  for ``k > 1`` split into ``k`` slices of ``(memory_size * num_envs) // k``
+  rows, the remainder dropped (base.py:331-336), for ``k == 1`` the whole
+  view (base.py:337). Handed back as skrl returns it (a list of batches).
 * no priorities, no ``save``/``load`` (``Memory.save`` exports the tensors,
   ``load`` reads them back without the ring position: not a checkpoint of
   the state, base.py:349-416): "prioritized" and "save_load" are not
@@ -62,7 +67,7 @@ from rbcheck.harness.adapters.numpy_rows import (
 from rbcheck.harness.protocol import Adapter, BufferSpec
 
 SRC = "skrl 2.1.1"
-CAPABILITIES = frozenset({"random", "bad_input"})
+CAPABILITIES = frozenset({"random", "bad_input", "sample_all"})
 
 
 class GlobalTorchStream:
@@ -161,6 +166,11 @@ class SkrlBuffer(OwnRandomness):
             out = self.memory.sample(names, batch_size=batch_size)
         index = torch.as_tensor(self.memory.get_sampling_indexes()).to(torch.int64).reshape(-1)
         return self._rows(out[0], len(index)), {"index": index}
+
+    def sample_all(self, mini_batches: int = 1) -> list[TensorDictBase]:
+        names = [_name(k) for k, _, _ in self.layout or ()]
+        batches = self.memory.sample_all(names, mini_batches=mini_batches)
+        return [self._rows(values, len(values[0])) for values in batches]
 
     def update_priority(self, index, priority, generation=None) -> None:
         raise NotImplementedError("skrl's RandomMemory has no priorities (capability 'prioritized' is not declared)")

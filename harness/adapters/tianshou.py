@@ -251,12 +251,18 @@ def _make(spec: BufferSpec) -> TianshouBuffer:
 
 def tianshou_adapter() -> Adapter:
     """tianshou's uniform ``ReplayBuffer``."""
-    return Adapter(name="tianshou", version=_version(), make=_make, capabilities=UNIFORM_CAPABILITIES)
+    from rbcheck.harness.raw_calls import RawFace
+
+    return Adapter(name="tianshou", version=_version(), make=_make, capabilities=UNIFORM_CAPABILITIES,
+                   raw=RawFace("rbcheck.harness.adapters.tianshou_raw:TianshouRaw"))
 
 
 def tianshou_per_adapter() -> Adapter:
     """tianshou's ``PrioritizedReplayBuffer`` (``weight_norm=True``, its default)."""
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(
+        raw=RawFace("rbcheck.harness.adapters.tianshou_raw:TianshouRaw"),
         name="tianshou-per",
         version=_version(),
         make=_make,

@@ -441,7 +441,10 @@ def torchrl_adapter() -> Adapter:
     build = extension_record()
     if build and build.get("status") == "rebuilt":
         version = f"{torchrl.__version__} (torch {torch.__version__}; {build['line']})"
+    from rbcheck.harness.raw_calls import RawFace
+
     return Adapter(
+        raw=RawFace("rbcheck.harness.adapters.torchrl_raw:TorchRLRaw"),
         name="torchrl",
         version=version,
         make=_make,

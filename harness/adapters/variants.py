@@ -45,9 +45,13 @@ def _buffer_cls() -> type:
 
 
 def device():
-    """The device variant with torch-only tree operations."""
-    return buffer_adapter("device", project_version(), _buffer_cls, CAPABILITIES,
-                          components=lambda: _components("torch"), pin_module="rbcheck.reference.pinning")
+    """The device variant with torch-only tree operations (its raw face: ``variants_raw.DeviceRaw``)."""
+    from rbcheck.harness.adapters.variants_raw import DeviceRaw
+
+    adapter = buffer_adapter("device", project_version(), _buffer_cls, CAPABILITIES,
+                             components=lambda: _components("torch"), pin_module="rbcheck.reference.pinning")
+    adapter.raw = DeviceRaw
+    return adapter
 
 
 def triton():

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from rbcheck.harness import frequencies
+from rbcheck.harness.failure import PropertyFailure
 
 RESULTS_SCHEMA = 1
 #: Where ``pytest_runtest_makereport`` leaves a failure's fields on its report.
@@ -92,6 +93,13 @@ def _head(text: str) -> str:
     return lines[0] if lines else ""
 
 
+def is_verdict(exc: BaseException) -> bool:
+    """A property's verdict (:class:`PropertyFailure`, by its type), as
+    opposed to any other exception (a crash of the buffer, a harness bug);
+    the message text ("... but should be ...") is for people and decides nothing."""
+    return isinstance(exc, PropertyFailure)
+
+
 def failure_fields(exc: BaseException) -> dict[str, Any]:
     """The record fields of a failure: ``message`` (one line: the first
     explained failure, the group's summary, the falsifying example),
@@ -99,8 +107,9 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
     (every distinct repro snippet)."""
     parts = leaves(exc)
     heads = [f"{type_name(leaf)}: {_head(own_message(leaf))}" for leaf in parts]
-    explained = [h for h in heads if "but should be" in h]
-    first = parts[heads.index(explained[0])] if explained else parts[-1]
+    verdicts = [leaf for leaf in parts if is_verdict(leaf)]
+    explained = [heads[parts.index(leaf)] for leaf in verdicts]
+    first = verdicts[0] if verdicts else parts[-1]
     group = f"{type(exc).__name__}: {_head(str(exc))}"
     if parts == [exc]:
         message = heads[0]
@@ -118,7 +127,7 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
             repros.append(snippet)
     message = one_line(message + (f" | {example}" if example else ""))
     fields = {"message": message, "failures": failures or [message], "repros": repros}
-    exact = next((leaf for leaf in ([first] + parts) if isinstance(getattr(leaf, "what", None), str)), None)
+    exact = next((leaf for leaf in ([first] + parts) if is_verdict(leaf)), None)
     if exact is not None:  # the structured failure: what / got / expected / call (and its detail)
         fields.update({key: one_line(str(getattr(exact, key, "") or ""), 600)
                        for key in ("what", "got", "expected", "call", "detail")})

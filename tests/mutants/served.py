@@ -9,7 +9,7 @@ from rbcheck.reference.rate_limiter import RateLimiter
 from rbcheck.reference.selectors import Selector
 from rbcheck.reference.served_table import ServedTable
 from tests.mutants.base import adapter
-from tests.mutants.registry import mutant
+from tests.mutants.registry import control, mutant
 
 ORDER = "test_served_selection::test_selectors_draw_in_declared_order"
 TIMES = "test_served_selection::test_an_item_leaves_after_max_times_sampled_draws"
@@ -153,6 +153,62 @@ class TimedOutInsertLands(ServedTable):
 @mutant(in_process=True, bug="a timed-out insert is kept and lands later", catches=(RULE, THREADS))
 def timed_out_insert_lands_later():
     return adapter("timed-out-insert-lands-later", ServedTable=TimedOutInsertLands)
+
+
+class LandsLater(ServedTable):
+    """Reverb's documented rule (sampler_rules timed_out_insert="lands_later"): a
+    timed-out insert is kept and lands, under the table's lock, as soon as the
+    limiter admits it (checked after every call that can make room)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pending = []
+
+    def _land(self) -> None:
+        with self.cond:  # a re-entrant lock: insert() takes it again
+            while self.pending and self.limiter.can_insert(self.inserts, self.samples, self.deletes):
+                ServedTable.insert(self, *self.pending.pop(0), 0)
+
+    def insert(self, row, priority=1.0, timeout=None):
+        try:
+            return super().insert(row, priority, timeout)
+        except TimeoutError:
+            with self.cond:
+                self.pending.append((row, priority))
+            self._land()
+            raise
+
+    def sample(self, timeout=None):
+        out = super().sample(timeout)
+        self._land()
+        return out
+
+
+class LandsLaterSamplingBeforeMinSize(LandsLater):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.limiter = MinSizeOffByOne(*self.limiter.as_tuple())
+
+
+def lands_later_conventions():
+    from rbcheck.harness.protocol import Conventions
+
+    return Conventions(sampler_rules={"timed_out_insert": "lands_later"},
+                       notes={"sampler_rules": "a timed-out insert lands once admitted (Reverb's flush)"})
+
+
+@control
+def timed_out_insert_lands_later_declared():
+    """The control of the convention: a table whose timed-out inserts land later, declaring it."""
+    return adapter("timed-out-insert-lands-later-declared", ServedTable=LandsLater,
+                   conventions=lands_later_conventions())
+
+
+@mutant(in_process=True, bug="under timed_out_insert='lands_later', sampling starts one item before "
+        "min_size_to_sample", catches=(RULE, THREADS), control=timed_out_insert_lands_later_declared)
+def lands_later_sampling_before_min_size():
+    return adapter("lands-later-sampling-before-min-size", ServedTable=LandsLaterSamplingBeforeMinSize,
+                   conventions=lands_later_conventions())
 
 
 class NeverWakes(ServedTable):

@@ -1,9 +1,17 @@
-"""Executed repro of Reverb finding R1 (docs/findings.md), dm-reverb 0.14.0:
-an insert whose ``TrajectoryWriter.flush(timeout_ms=...)`` times out is not
-withdrawn; the server inserts it once the rate limiter admits it. The spec
-(reference/served_table.py) says a call not admitted in time changes nothing.
-Skipped where dm-reverb is not installed: ``nox -s thirdparty`` runs it in
-Reverb's own environment (TensorFlow 2.15)."""
+"""Reverb R1 (docs/bugs.toml, a documented convention), dm-reverb 0.14.0,
+executed: an insert whose ``TrajectoryWriter.flush(timeout_ms=...)`` times
+out is not withdrawn; the server inserts it once the rate limiter admits it.
+``flush``'s docstring says so ("although the block is interrupted, the
+insertion of the items will proceed in the background",
+reverb/trajectory_writer.py:403-406): the server's insert stream calls
+``table->InsertOrAssign(item)`` with an infinite timeout
+(reverb/cc/reverb_service_impl.cc:207). The spec (reference/served_table.py)
+says a timed-out call changes nothing; the Reverb adapters declare
+``Conventions.timed_out_insert="lands_later"`` and test_rate_limiter checks
+them in those terms. Nothing here sleeps: the landed insert is observed by a
+sample that waits for it (up to ``LONG_MS``); were it withdrawn, that sample
+would time out and the test fail. Skipped where dm-reverb is not installed:
+``nox -s "thirdparty_env(env='reverb')"`` runs it in Reverb's own environment."""
 
 from __future__ import annotations
 
@@ -12,14 +20,14 @@ import pytest
 
 reverb = pytest.importorskip("reverb", reason="dm-reverb is not installed (nox -s thirdparty installs it in its own "
                                               "environment)")
+tf = pytest.importorskip("tensorflow")
 portpicker = pytest.importorskip("portpicker")
 
-VERSION = "dm-reverb 0.14.0"
-
-
+LONG_MS, SHORT_MS = 10_000, 100
 
 
 def insert(client, i: int, timeout_ms: int) -> bool:
+    """One item through a trajectory writer: True when its flush confirmed it, False on DeadlineExceeded."""
     writer = client.trajectory_writer(num_keep_alive_refs=1)
     try:
         writer.append({"id": np.int64(i)})
@@ -32,20 +40,26 @@ def insert(client, i: int, timeout_ms: int) -> bool:
         writer.close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason=f"{VERSION}: the server inserts with an infinite rate-limiter timeout "
-                          "(reverb/cc/reverb_service_impl.cc:207, table->InsertOrAssign(item)); the writer's "
-                          "flush timeout bounds only the wait for confirmation (trajectory_writer.h:158-170)")
-def test_a_timed_out_insert_changes_nothing():
+def sample_ids(address: str, timeout_ms: int) -> list[int]:
+    """One sample, waiting at most ``timeout_ms`` on the rate limiter: [id], or [] when it timed out."""
+    ds = reverb.TrajectoryDataset.from_table_signature(address, "q", max_in_flight_samples_per_worker=1,
+                                                       num_workers_per_iterator=1, max_samples=1,
+                                                       rate_limiter_timeout_ms=timeout_ms)
+    return [int(s.data["id"].numpy()[0]) for s in ds.take(1)]
+
+
+def test_a_timed_out_insert_lands_once_admitted():
     port = portpicker.pick_unused_port()
-    server = reverb.Server(tables=[reverb.Table.queue("q", max_size=1)], port=port)
+    table = reverb.Table.queue("q", max_size=1, signature={"id": tf.TensorSpec([1], tf.int64)})
+    server = reverb.Server(tables=[table], port=port)
     try:
-        client = reverb.Client(f"localhost:{port}")
-        assert insert(client, 0, 5000)  # the queue holds one item
-        assert not insert(client, 1, 100)  # refused by Queue(1): flush times out
-        got = [int(s[0].data[0]) for s in client.sample("q", num_samples=1)]  # makes room
-        assert got == [0]
-        size = client.server_info()["q"].current_size
-        assert size == 0, f"table size after the timed-out insert and one sample={size}, but should be 0"
+        address = f"localhost:{port}"
+        client = reverb.Client(address)
+        assert insert(client, 0, LONG_MS), "the first insert into an empty Queue(1) was not confirmed"
+        assert not insert(client, 1, SHORT_MS), "an insert into a full Queue(1) was confirmed, but should time out"
+        assert sample_ids(address, LONG_MS) == [0]  # makes room: the timed-out insert is admitted now
+        got = sample_ids(address, LONG_MS)
+        assert got == [1], (f"the next sample={got}, but should be [1]: the timed-out insert lands once admitted "
+                            f"(documented, trajectory_writer.py:403-406)")
     finally:
         server.stop()

@@ -1,0 +1,330 @@
+"""Checkpoints against the disk: rbcheck's ``save``/``load`` beside a plain write and read of
+the same bytes, in one process.
+
+``python -m bench.checkpoint_speed [--out docs/results/data/checkpoint_speed.json] [--render]``
+builds a full uniform buffer of the ``device`` variant (CPU; ``--capacity`` rows, 2^20, of
+obs float32[``--width``], action float32[2], reward float32), saves it once and checks the
+streamed files are the reference's, byte for byte, and that a load gives the state back bit
+for bit. Then it times, interleaved (each repetition calls every cell once, in a shuffled
+order), the medians of ``--reps`` calls per cell in each of ``--runs`` runs:
+
+* ``rbcheck save`` / ``rbcheck load``: ``ReplayBuffer.dumps`` / ``loads`` (every guarantee:
+  digest checked before anything changes, damaged files refused, the state's meaning
+  checked, fsync, the atomic commit, the previous checkpoint removed);
+* ``plain write + fsync``: the checkpoint's bytes (tensor file and ``meta.json``), held in
+  memory, written with one ``write`` into one file opened ``"wb"`` (truncating the previous
+  run's) and fsynced: what the disk costs;
+* ``plain read (new memory)``: that file read with ``readinto`` into a new ``torch.empty``
+  tensor, and ``plain read (new huge-page memory)`` into new memory asking for transparent
+  huge pages (``native.empty_huge``, which a load's rows use): what reading costs;
+* ``reference save`` / ``reference load``: ``reference.checkpoint.save_checkpoint`` /
+  ``load_checkpoint`` (safetensors' bytes, one more copy each way) on the same buffer;
+* ``xxh3_128 of the bytes`` / ``sha256 of the bytes``: the digest alone (before: sha256);
+* ``rbcheck read, into new interleaved rows`` / ``into new plain columns``:
+  ``checkpoint_stream.read`` alone, with and without the storage's row layout (what moving
+  the columns into interleaved rows costs); ``rbcheck commit protocol alone (empty files)``:
+  the save protocol around two empty files (what the atomic commit and its fsyncs cost
+  whatever the size).
+
+With ``--peers`` (where they import: the validate environment), TorchRL's ``dumps``/``loads``
+(``TensorDictReplayBuffer`` over a ``LazyTensorStorage``), tianshou's ``save_hdf5``/
+``load_hdf5`` and stable-baselines3's ``save_to_pkl``/``load_from_pkl`` (what its
+``save_replay_buffer`` does) of the same rows join the rotation, each with what
+it guarantees (``GUARANTEES``; each round trip checked before timing). Reads come from the page cache, as a load right after a save
+does. ``--render`` writes ``docs/results/checkpoint.md`` from the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DATA = Path("docs/results/data/checkpoint_speed.json")
+DOC = Path("docs/results/checkpoint.md")
+GOAL = 1.2
+SAVE, LOAD = "rbcheck save", "rbcheck load"
+PROTOCOL = "rbcheck commit protocol alone (empty files)"
+WRITE, READ, READ_HUGE = "plain write + fsync", "plain read (new memory)", "plain read (new huge-page memory)"
+RBCHECK = ("digest (XXH3-128) of both files checked before anything changes; damaged, hostile or "
+           "contradictory files refused, the buffer unchanged; fsync of files and directories; atomic "
+           "commit (rename of CURRENT); no pickle")
+GUARANTEES = {
+    "torchrl": "`ReplayBuffer.dumps`: memory-mapped TensorDict files and JSON written in place "
+               "(replay_buffers/checkpointers.py); no checksum, no fsync, not atomic; no pickle",
+    "tianshou": "`save_hdf5`: `h5py.File(path, \"w\")` truncates and rewrites in place "
+                "(data/buffer/buffer_base.py:252-256); no checksum, no fsync, not atomic",
+    "sb3": "`save_to_pkl`: `pickle.dump` of the whole buffer into the file in place "
+           "(common/save_util.py:339-354); no checksum, no fsync, not atomic; `load_from_pkl` unpickles",
+}
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _files(path: Path) -> dict:
+    from rbcheck.reference.checkpoint import live_dir
+
+    return {f.name: f.read_bytes() for f in sorted(live_dir(path).iterdir())}
+
+
+def make_rows(capacity: int, width: int) -> dict:
+    """The rows every buffer holds: ``{"obs", "action", "reward"}`` float32 NumPy arrays."""
+    rng = np.random.default_rng(0)
+    return {"obs": rng.standard_normal((capacity, width), dtype=np.float32),
+            "action": rng.standard_normal((capacity, 2), dtype=np.float32),
+            "reward": rng.standard_normal(capacity, dtype=np.float32)}
+
+
+def rbcheck_buffer(capacity: int, rows: dict | None = None, chunk: int = 1 << 16):
+    from tensordict import TensorDict
+
+    from rbcheck import variants
+
+    buf = variants.ReplayBuffer(capacity, generator=0, device="cpu")
+    for start in range(0, capacity, chunk) if rows is not None else ():
+        part = {k: torch.from_numpy(v[start:start + chunk]) for k, v in rows.items()}
+        buf.extend(TensorDict(part, batch_size=[len(part["reward"])]))
+    return buf
+
+
+def peer_cells(capacity: int, rows: dict, tmp: Path) -> tuple[dict, dict]:
+    """``({"<lib> save"/"<lib> load": call}, {lib: version or why not})`` for TorchRL,
+    tianshou and stable-baselines3 where they import; each round trip checked first."""
+    out, versions = {}, {}
+    for lib, dist, make in (("torchrl", "torchrl", _torchrl), ("tianshou", "tianshou", _tianshou),
+                            ("sb3", "stable-baselines3", _sb3)):
+        try:
+            save, load, obs_of = make(capacity, rows, tmp / lib)
+        except ImportError as error:
+            versions[lib] = f"not timed ({error})"
+            continue
+        save()
+        if not np.array_equal(obs_of(load()), rows["obs"]):
+            raise AssertionError(f"{lib}'s load did not give the saved rows back")
+        versions[lib], out[f"{lib} save"], out[f"{lib} load"] = _version(dist), save, load
+    return out, versions
+
+
+def _torchrl(capacity, rows, where):
+    from tensordict import TensorDict
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    buf = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
+    buf.extend(TensorDict({k: torch.from_numpy(v) for k, v in rows.items()}, batch_size=[capacity]))
+    target = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
+
+    def load():
+        target.loads(where)
+        return target
+
+    return lambda: buf.dumps(where), load, lambda b: b._storage[torch.arange(capacity)]["obs"].numpy()
+
+
+def _tianshou(capacity, rows, where):
+    from tianshou.data import Batch, ReplayBuffer
+
+    buf = ReplayBuffer(capacity, random_seed=0)
+    buf.add(Batch(obs=rows["obs"][0], act=rows["action"][0], rew=rows["reward"][0], terminated=False,
+                  truncated=False))  # allocates its arrays from the first transition
+    buf._meta.obs[:], buf._meta.act[:], buf._meta.rew[:] = rows["obs"], rows["action"], rows["reward"]
+    buf._size, buf._insertion_idx = capacity, 0  # 2^20 adds take minutes: written at once
+    where.mkdir(parents=True, exist_ok=True)
+    file = str(where / "buffer.hdf5")
+    return lambda: buf.save_hdf5(file), lambda: ReplayBuffer.load_hdf5(file), lambda b: b._meta.obs
+
+
+def _sb3(capacity, rows, where):
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import ReplayBuffer
+    from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
+
+    width = rows["obs"].shape[1]
+    buf = ReplayBuffer(capacity, spaces.Box(-np.inf, np.inf, (width,), np.float32),
+                       spaces.Box(-np.inf, np.inf, (2,), np.float32), device="cpu", n_envs=1,
+                       handle_timeout_termination=False)
+    buf.observations[:, 0], buf.next_observations[:, 0] = rows["obs"], rows["obs"]
+    buf.actions[:, 0], buf.rewards[:, 0] = rows["action"], rows["reward"]
+    buf.pos, buf.full = 0, True
+    where.mkdir(parents=True, exist_ok=True)
+    file = where / "replay_buffer.pkl"  # what save_replay_buffer writes
+    return lambda: save_to_pkl(file, buf), lambda: load_from_pkl(file), lambda b: b.observations[:, 0]
+
+
+def cells(capacity: int, width: int, tmp: Path, peers: bool) -> tuple[dict, dict, int]:
+    """``({name: call}, {library: version}, bytes)``; checks the files and the round trip first."""
+    import xxhash
+
+    from rbcheck.reference import checkpoint as ref
+    from rbcheck.variants import checkpoint_stream, native
+
+    rows = make_rows(capacity, width)
+    buf, target = rbcheck_buffer(capacity, rows), rbcheck_buffer(capacity)
+    buf.dumps(tmp / "rbcheck")
+    ref.save_checkpoint(buf, tmp / "reference")
+    files = _files(tmp / "rbcheck")
+    if files != _files(tmp / "reference"):
+        raise AssertionError("the streamed files differ from the reference's")
+    target.loads(tmp / "rbcheck")
+    for a, b in zip(target.state_dict()["storage"]["columns"], buf.state_dict()["storage"]["columns"], strict=True):
+        if not torch.equal(a, b):
+            raise AssertionError("a load did not give the saved rows back")
+    blob = b"".join(files.values())
+    plain = tmp / "plain"
+
+    def write():
+        with open(plain, "wb", buffering=0) as out:
+            out.write(blob)
+            os.fsync(out.fileno())
+
+    def read(alloc):
+        size = os.path.getsize(plain)
+        out = alloc((size,), torch.uint8)
+        with open(plain, "rb", buffering=0) as handle:
+            view, got = memoryview(out.numpy()), 0
+            while got < size:
+                got += handle.readinto(view[got:]) or size
+        return out
+
+    write()
+    out = {SAVE: lambda: buf.dumps(tmp / "rbcheck"), LOAD: lambda: target.loads(tmp / "rbcheck"),
+           WRITE: write, READ: lambda: read(lambda shape, dtype: torch.empty(shape, dtype=dtype)),
+           READ_HUGE: lambda: read(native.empty_huge),
+           "rbcheck read, into new interleaved rows": lambda: checkpoint_stream.read(tmp / "rbcheck", capacity),
+           "rbcheck read, into new plain columns": lambda: checkpoint_stream.read(tmp / "rbcheck"),
+           PROTOCOL: lambda: ref.commit_checkpoint(tmp / "protocol", lambda new: (
+               ref._write(new / ref.TENSORS, b""), ref._write(new / ref.META, b""))),
+           "reference save": lambda: ref.save_checkpoint(buf, tmp / "reference"),
+           "reference load": lambda: ref.load_checkpoint(target, tmp / "reference"),
+           "xxh3_128 of the bytes": lambda: xxhash.xxh3_128(blob).hexdigest(),
+           "sha256 of the bytes": lambda: hashlib.sha256(blob).hexdigest()}
+    versions = {"rbcheck": _version("rbcheck"), "torch": torch.__version__, "xxhash": _version("xxhash")}
+    if peers:
+        more, peer_versions = peer_cells(capacity, rows, tmp)
+        out.update(more)
+        versions.update(peer_versions)
+    return out, versions, len(blob)
+
+
+def _bytes_on_disk(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def measure(capacity: int, width: int, reps: int, runs: int, peers: bool) -> dict:
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="rbcheck-checkpoint-speed-"))
+    try:
+        calls, versions, nbytes = cells(capacity, width, tmp, peers)
+        sizes = {name.split()[0]: _bytes_on_disk(tmp / name.split()[0]) for name in calls
+                 if name.endswith(" save") and (tmp / name.split()[0]).exists()}
+        medians = {name: [] for name in calls}
+        load0 = os.getloadavg()[0]
+        for run in range(runs):
+            times = {name: [] for name in calls}
+            order = list(calls.items())
+            for rep in range(reps):
+                random.Random(f"{run}/{rep}").shuffle(order)
+                for name, fn in order:
+                    t = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - t)
+            for name, ts in times.items():
+                medians[name].append(statistics.median(ts))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratios = {f"{a} / {b}": [x / y for x, y in zip(medians[a], medians[b], strict=True)]
+              for a, b in ((SAVE, WRITE), (LOAD, READ), (LOAD, READ_HUGE))}
+    return {"what": "medians of interleaved calls (seconds); ratios per run: save / plain write + fsync and "
+                    f"load / plain read into new memory (the goals, <= {GOAL}), load / plain read into new "
+                    "huge-page memory (a stricter floor)",
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "machine": {"cpu": platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
+                        "python": platform.python_version(),
+                        "load_average": [round(load0, 1), round(os.getloadavg()[0], 1)]},
+            "sizes": {"capacity": capacity, "width": width, "reps": reps, "runs": runs, "checkpoint_bytes": nbytes,
+                      "row": f"obs f32[{width}], action f32[2], reward f32"},
+            "versions": versions, "bytes_on_disk": sizes, "medians_s": medians, "ratios": ratios,
+            "goal_met": {op: all(r <= GOAL for r in rs) for op, rs in ratios.items()},
+            "goals": [f"{SAVE} / {WRITE}", f"{LOAD} / {READ}"]}
+
+
+def render(report: dict) -> str:
+    s, m = report["sizes"], report["machine"]
+    lines = ["# Checkpoints against the disk: rbcheck's `save` and `load` side by side", "",
+             f"Generated by `python -m bench.checkpoint_speed --render` from `docs/results/data/"
+             f"checkpoint_speed.json` (measured {report['date']}; {m['cores']} cores, load average "
+             f"{m['load_average'][0]} to {m['load_average'][1]}, torch {m['torch']}, one thread). A full "
+             f"uniform buffer of the `device` variant on the CPU: {s['capacity']} rows of {s['row']}, a "
+             f"checkpoint of {s['checkpoint_bytes']} bytes; {s['runs']} runs of {s['reps']} interleaved "
+             "repetitions (each calls every cell once, shuffled), the median per run. Reads come from the "
+             "page cache. The plain cells do the least any checkpoint must: the same bytes written with "
+             "one `write` and fsynced, read with `readinto` into new memory.", "",
+             "| ratio | per run | at most 1.2x in every run |", "|---|---|---|"]
+    for op, ratios in report["ratios"].items():
+        goal = "(the goal) " if op in report["goals"] else "(a stricter floor) "
+        lines.append(f"| {op} | {', '.join(f'{r:.2f}x' for r in ratios)} | {goal}"
+                     f"{'yes' if report['goal_met'][op] else 'no'} |")
+    lines += ["", "| cell | version | bytes on disk | medians (ms), per run | guarantees |", "|---|---|---|---|---|"]
+    versions, sizes = report["versions"], report["bytes_on_disk"]
+    for name, ms in report["medians_s"].items():
+        lib = name.split()[0]
+        version = {"plain": "", "reference": versions["rbcheck"], "sha256": f"Python {m.get('python', '')}",
+                   "xxh3_128": f"xxhash {versions.get('xxhash', '?')}"}.get(lib, versions.get(lib, ""))
+        guarantee = RBCHECK if lib == "rbcheck" else GUARANTEES.get(lib, "")
+        if name.startswith("rbcheck read"):
+            guarantee = "`checkpoint_stream.read` alone: the files' checks (digest, format), not the meaning or fit"
+        if name == PROTOCOL:
+            guarantee = ("what the atomic commit costs whatever the size: a new sub-directory, two files "
+                         "fsynced, the directory fsynced, the pointer written, fsynced and renamed, the "
+                         "parent fsynced, the previous checkpoint removed")
+        if lib == "reference":
+            guarantee = "the same files and checks as rbcheck's (the spec's path: safetensors bytes, one more copy)"
+        size = sizes.get(lib, "")
+        lines.append(f"| {name} | {version} | {size} | {', '.join(f'{x * 1e3:.1f}' for x in ms)} | {guarantee} |")
+    missing = [f"{k}: {v}" for k, v in versions.items() if v.startswith("not ")]
+    if missing:
+        lines += ["", "Not timed here: " + "; ".join(missing) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(DATA))
+    parser.add_argument("--capacity", type=int, default=1 << 20)
+    parser.add_argument("--width", type=int, default=8)
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--peers", action="store_true", help="also time TorchRL, tianshou and stable-baselines3")
+    parser.add_argument("--render", action="store_true", help="only write the table of --out to --doc")
+    parser.add_argument("--doc", default=str(DOC))
+    args = parser.parse_args(argv)
+    if not args.render:
+        report = measure(args.capacity, args.width, args.reps, args.runs, args.peers)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    Path(args.doc).write_text(render(json.loads(Path(args.out).read_text())))
+    print(Path(args.doc).read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -49,6 +49,11 @@ def loadable_name(adapter: Any) -> str:
     return str(getattr(adapter, "source", "") or getattr(adapter, "name", adapter))
 
 
+#: Reads a property makes to check the buffer, not steps of the program:
+#: a recorded buffer leaves them out of the snippet unless they raised.
+OBSERVERS = frozenset({"contents", "stored_priority", "max_priority"})
+
+
 class Trace:
     """Records what a test did to a buffer so a failure can be replayed.
 
@@ -164,6 +169,13 @@ class Trace:
         if method == "iterate":
             self.need("import itertools")
         entry = Call(f"{var}.{method}({', '.join(parts)})")
+        if method in OBSERVERS:  # a read the property checks: written only if it raised
+            try:
+                return fn(*args, **kwargs)
+            except Exception as err:
+                entry.raised = type(err).__name__
+                self.ops.append(entry)
+                raise
         self.ops.append(entry)
         try:
             out = fn(*args, **kwargs)

@@ -45,27 +45,24 @@ def test_ring_eviction_matches_reference_and_closed_form(impl, reference_impl, d
     ops = data.draw(operations(spec.capacity, max_ops=14, sample_sizes=training_batch_sizes()),
                     label="operations")
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf, ref = impl.make(spec), reference_impl.make(spec)
+    layout = trace.source("layout", layout)
+    buf, ref = trace.wrap(impl.make(spec)), reference_impl.make(spec)
     written = 0
     cap = spec.capacity
     for op in ops:
         if op[0] == "extend":
             n = op[1]
-            trace.op(f"buf.extend(layout.batch({written}, {n}))")
             got = buf.extend(layout.batch(written, n))
             ref.extend(layout.batch(written, n))
             want = torch.arange(written, written + n, dtype=torch.int64) % cap
             assert_tensor_equal("extend(...) slots", torch.as_tensor(got).cpu(), want, trace)
             written += n
         elif op[0] == "add":
-            trace.op(f"buf.add(layout.row({written}))")
             slot = buf.add(layout.row(written))
             ref.add(layout.row(written))
             assert_same("add(...) slot", int(slot), written % cap, trace)
             written += 1
         else:
-            trace.op(f"buf.sample({op[1]})")
             buf.sample(op[1])
         assert_same("buf.write_count", buf.write_count, written, trace)
         assert_same("len(buf)", len(buf), min(written, cap), trace)
@@ -114,25 +111,25 @@ def test_ring_keeps_the_last_capacity_rows_for_any_batch_size(impl, capacity, si
     a real run, past slot 2**15)."""
     spec = BufferSpec(capacity=capacity, sampler="random", seed=3, layout=LAYOUT.spec_layout())
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
     written = 0
     steps = (["empty"] if empty_first else []) + sizes + ["empty"]
     for step in steps:
         if step == "empty":
             before = (len(buf), buf.cursor, buf.write_count)
-            trace.op(f"buf.extend(layout.batch({written}, 0))  # an empty batch")
+            trace.note("an empty batch")
             try:
-                buf.extend(LAYOUT.batch(written, 0))
+                buf.extend(layout.batch(written, 0))
             except Exception:  # noqa: BLE001 - refusing an empty batch is allowed
                 pass
             after = (len(buf), buf.cursor, buf.write_count)
             assert_same("(len, cursor, write_count) after an empty batch", after, before, trace)
         else:
             n = _size(step, capacity)
-            trace.op(f"buf.extend(layout.batch({written}, {n}))  # {step} rows")
+            trace.note(f"{step} rows")
             try:
-                buf.extend(LAYOUT.batch(written, n))
+                buf.extend(layout.batch(written, n))
             except Exception as err:  # noqa: BLE001 - any batch size must be taken
                 fail(f"buf.extend of {n} rows", f"{type(err).__name__}: {err}",
                      "the rows written (any batch size)", trace)
@@ -162,20 +159,19 @@ def test_new_buffer_holds_nothing_it_was_not_given(impl, sampler, tmp_path):
         pytest.skip(f"not declared: {sampler}")
     spec = BufferSpec(capacity=6, sampler=sampler, seed=9, layout=LAYOUT.spec_layout())
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    old = impl.make(spec)
-    old.extend(LAYOUT.batch(1000, 6))
-    trace.op("old = buf; old.extend(layout.batch(1000, 6))")
+    layout = trace.source("layout", LAYOUT)
+    trace.directory(tmp_path)
+    old = trace.make(spec, "old")
+    old.extend(layout.batch(1000, 6))
     if impl.has("save_load"):
         old.save(tmp_path / "old")
-        trace.op(f"old.save({str(tmp_path / 'old')!r})")
     for alive in (True, False):
         if not alive:
             del old
             gc.collect()
-        trace.op(f"buf = load_adapter({trace.adapter!r}).make({spec!r})  # the first buffer "
-                 f"{'alive' if alive else 'dropped'}")
-        buf = impl.make(spec)
+            trace.op("del old; import gc; gc.collect()")
+        trace.note(f"a new buffer of the same description, the first one {'alive' if alive else 'dropped'}")
+        buf = trace.make(spec, "buf")
         state = (len(buf), buf.cursor, buf.write_count)
         assert_same("(len, cursor, write_count) of a new buffer", state, (0, 0, 0), trace)
         try:
@@ -184,7 +180,6 @@ def test_new_buffer_holds_nothing_it_was_not_given(impl, sampler, tmp_path):
             pass
         else:
             fail("buf.sample(2) on a new buffer", "<returned a batch>", "an error: the buffer is empty", trace)
-        buf.extend(LAYOUT.batch(0, 2))
-        trace.op("buf.extend(layout.batch(0, 2))")
+        buf.extend(layout.batch(0, 2))
         assert_same("len(buf)", len(buf), 2, trace)
         assert_td_equal("buf.contents()", buf.contents(), LAYOUT.batch(0, 2), trace, check_device=False)

@@ -207,7 +207,6 @@ HAND_WRITTEN_REPROS_FOR_NOW: frozenset[str] = frozenset({
     'test_priority_transform.py',
     'test_rate_limiter.py',
     'test_replacement.py',
-    'test_ring_eviction.py',
     'test_sample_all.py',
     'test_sampled_slots.py',
     'test_sampling_distributions.py',

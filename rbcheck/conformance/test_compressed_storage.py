@@ -47,8 +47,8 @@ def test_compressed_storage_round_trips_every_dtype_and_shape(impl, reference_im
                       layout=layout.spec_layout(), storage="compressed")
     trace = Trace(impl, spec)
     trace.need("from rbcheck.harness.bit_layout import BitField, BitLayout")
-    trace.let("layout", layout)
-    buf = _call("make(spec)", lambda: impl.make(spec), trace)
+    layout = trace.source("layout", layout)
+    buf = trace.wrap(_call("make(spec)", lambda: impl.make(spec), trace))
     model = reference_impl.make(spec.but(storage="memory"))
     ops = data.draw(st.lists(st.one_of(st.tuples(st.just("extend"), st.integers(1, 2 * capacity)),
                                        st.tuples(st.just("add"), st.just(1)),
@@ -57,18 +57,15 @@ def test_compressed_storage_round_trips_every_dtype_and_shape(impl, reference_im
     written = 0
     for kind, n in [("extend", data.draw(st.integers(1, 2 * capacity), label="first extend"))] + ops:
         if kind == "extend":
-            trace.op(f"buf.extend(layout.batch({written}, {n}))")
             _call(f"buf.extend(layout.batch({written}, {n}))", lambda w=written, k=n: buf.extend(layout.batch(w, k)),
                   trace)
             model.extend(layout.batch(written, n))
             written += n
         elif kind == "add":
-            trace.op(f"buf.add(layout.row({written}))")
             _call(f"buf.add(layout.row({written}))", lambda w=written: buf.add(layout.row(w)), trace)
             model.add(layout.row(written))
             written += 1
         else:
-            trace.op(f"rows, info = buf.sample({n})")
             rows, info = _call(f"buf.sample({n})", lambda k=n: buf.sample(k), trace)
             held = model.contents()
             assert_td_equal("sampled rows (vs the held rows of info['index'])", rows.cpu(),

@@ -48,7 +48,6 @@ def sample_checked(buf, spec: BufferSpec, written: int, batches, impl, trace: Tr
     offline, first_online = offline_rows(size), max(0, written - spec.capacity)
     rule = hindsight(impl.conventions, "mix_count")
     from_offline, total, counts = 0, 0, torch.zeros(size, dtype=torch.float64)
-    trace.op(f"for b in {list(batches)[:4]}...: rows, info = buf.sample(b)")
     for k, b in enumerate(batches):
         rows, _ = buf.sample(b)
         what = f"batch {k} of {b} ({written} online rows written, capacity {spec.capacity})"
@@ -83,11 +82,10 @@ def test_batches_mix_the_sources_in_the_declared_proportion(impl, data):
     each batch under ``"round"``; every row offline while the ring is empty."""
     spec, written = mixing_setup(data)
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
     if written:
-        trace.op(f"buf.extend(layout.batch(0, {written}))")
-        buf.extend(LAYOUT.batch(0, written))
+        buf.extend(layout.batch(0, written))
     from rbcheck.harness.scale import batch_schedule
 
     small = data.draw(st.booleans(), label="batches of 1..8 (else 32..256)")
@@ -107,12 +105,11 @@ def test_offline_data_is_never_overwritten(impl, data):
     spec, written = mixing_setup(data, written_low=1)
     written += 2 * spec.capacity + spec.mixing[0]
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
     block = data.draw(st.integers(1, 16), label="rows per extend")
-    trace.op(f"for s in range(0, {written}, {block}): buf.extend(layout.batch(s, min({block}, {written} - s)))")
     for s in range(0, written, block):
-        buf.extend(LAYOUT.batch(s, min(block, written - s)))
+        buf.extend(layout.batch(s, min(block, written - s)))
     size = spec.mixing[0]
     assert_same("len(buf) (offline rows + held online rows)", len(buf), size + spec.capacity, trace)
     from rbcheck.harness.scale import batch_schedule

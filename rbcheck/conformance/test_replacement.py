@@ -41,7 +41,6 @@ def pairs(buf, trace: Trace, what: str) -> tuple[torch.Tensor, torch.Tensor, lis
     batch and of (last draw, next batch's first draw), and the batches."""
     within = torch.zeros(HELD, HELD, dtype=torch.float64)
     across = torch.zeros(HELD, HELD, dtype=torch.float64)
-    trace.op(f"batches = [buf.sample(2)[1]['index'] for _ in range({BATCHES})]")
     batches, last = [], None
     for _ in range(BATCHES):
         index = torch.as_tensor(buf.sample(2)[1]["index"]).cpu()
@@ -69,10 +68,9 @@ def test_samplers_draw_with_or_without_replacement_as_declared(impl):
         spec = BufferSpec(capacity=HELD, sampler=sampler, max_sample_count=2**30, shuffle=True, seed=4242,
                           layout=LAYOUT.spec_layout())
         trace = Trace(impl, spec)
-        trace.let("layout", LAYOUT)
-        buf = impl.make(spec)
-        trace.op(f"buf.extend(layout.batch(0, {HELD}))")
-        buf.extend(LAYOUT.batch(0, HELD))
+        layout = trace.source("layout", LAYOUT)
+        buf = trace.wrap(impl.make(spec))
+        buf.extend(layout.batch(0, HELD))
         what = f"(sampler {sampler!r}, declared {law!r})"
         within, across, batches = pairs(buf, trace, what)
         ran.append(sampler)

@@ -46,19 +46,17 @@ def test_sample_all_gives_every_held_row_once_in_slot_order(impl, data):
     spec = BufferSpec(capacity=capacity, sampler="random", layout=LAYOUT,
                       seed=data.draw(st.integers(0, 2**16), label="seed"))
     trace = Trace(impl, spec)
-    buf = impl.make(spec)
+    buf = trace.wrap(impl.make(spec))
     total = data.draw(st.integers(1, 3 * capacity), label="rows written")
     written = 0
     while written < total:
         n = data.draw(st.integers(1, min(capacity, total - written)), label=f"extend after {written}")
-        trace.op(f"buf.extend(rows({written}, {n}))  # ids {ID0 + written}..{ID0 + written + n - 1}")
         buf.extend(rows(written, n))
         written += n
     held = held_ids(capacity, written)
     assert_same(f"len(buf) after {written} rows", len(buf), len(held), trace)
     k = data.draw(st.integers(1, len(held)), label="mini_batches")
-    trace.op(f"buf.sample_all(mini_batches={k})")
-    batches = buf.sample_all(k)
+    batches = buf.sample_all(mini_batches=k)
     size = len(held) // k
     assert_same(f"number of batches of sample_all(mini_batches={k})", len(batches), k, trace)
     got = []

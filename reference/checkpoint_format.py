@@ -125,8 +125,8 @@ def decode_meta(raw_meta: bytes) -> dict:
     except (ValueError, RecursionError) as error:
         raise CheckpointError(f"{META} unreadable ({error}), but should be valid JSON") from None
     require(checksum is not None, f"schema_version={version!r:.40}, but should be {SCHEMA_VERSION} (or 2, "
-            "still read): a checkpoint of another rbcheck version; load it with that version and "
-            "save it from there as plain tensors, or save again from the run that made it")
+            "still read): a checkpoint of another rbcheck version; load it with an rbcheck that reads "
+            "it (a newer one for a higher version), or save the buffer again from the run that made it")
     keys = {"schema_version", "format", "checksum", HASHES[version][0], "state"}
     require(set(meta) == keys and meta["format"] == FORMAT and isinstance(meta[HASHES[version][0]], dict),
             f"{META} keys={sorted(meta)}, format={meta.get('format')!r:.40}, but should be "

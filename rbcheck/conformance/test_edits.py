@@ -61,25 +61,22 @@ def test_an_edit_changes_the_edited_rows_and_nothing_else(impl, data):
     layout = data.draw(layouts(max_fields=2), label="layout")
     spec = BufferSpec(capacity=capacity, sampler=sampler, seed=4, layout=layout.spec_layout())
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
+    layout = trace.source("layout", layout)
+    buf = trace.wrap(impl.make(spec))
     written, edited = 0, 0
     last_write = {}  # slot -> the id (write number) last written there
     for _ in range(data.draw(st.integers(1, 6), label="steps")):
         n = data.draw(st.integers(1, 2 * capacity), label="rows")
-        trace.op(f"buf.extend(layout.batch({written}, {n}))")
         buf.extend(layout.batch(written, n))
         last_write.update({(written + j) % capacity: written + j for j in range(n)})
         written += n
         if sampler == "prioritized" and data.draw(st.booleans(), label="update priorities"):
             k = min(len(buf), 3)
             prio = data.draw(priority_vectors(k, conventions=impl.conventions), label="priorities")
-            trace.op(f"buf.update_priority(torch.arange({k}), {trace.render(prio)})")
             buf.update_priority(torch.arange(k), impl.conventions.priorities(prio))
         index = data.draw(st.lists(st.integers(0, len(buf) - 1), min_size=1, max_size=4), label="edited slots")
         before, contents = observed(buf, spec, impl), buf.contents()
         rows = layout.batch(10**6 + edited, len(index))
-        trace.op(f"buf.set({index!r}, layout.batch({10**6 + edited}, {len(index)}))")
         try:
             buf.set(torch.tensor(index), rows)
         except Exception as err:  # noqa: BLE001 - a valid edit must be taken
@@ -90,7 +87,6 @@ def test_an_edit_changes_the_edited_rows_and_nothing_else(impl, data):
         for j, slot in enumerate(index):  # the last row for a slot wins
             want[slot] = rows[j]
         assert_td_equal("buf.contents() after the edit", buf.contents(), want, trace, check_device=False)
-        trace.op("rows, info = buf.sample(6)")
         _, info = buf.sample(6)
         if "generation" in info:
             slots = info["index"].cpu().tolist()
@@ -110,15 +106,13 @@ def test_an_edit_past_the_held_length_is_refused_and_nothing_changes(impl, data)
     held = data.draw(st.integers(0, capacity), label="rows held")
     spec = BufferSpec(capacity=capacity, seed=5, layout=layout.spec_layout())
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
+    layout = trace.source("layout", layout)
+    buf = trace.wrap(impl.make(spec))
     if held:
-        trace.op(f"buf.extend(layout.batch(0, {held}))")
         buf.extend(layout.batch(0, held))
     bad = data.draw(st.integers(held, capacity + 2), label="slot at or past len")
     index = data.draw(st.permutations([bad] + list(range(min(held, 2)))), label="edited slots")
     before = bookkeeping(buf)
-    trace.op(f"buf.set({index!r}, layout.batch(1000, {len(index)}))  # refused")
     try:
         buf.set(torch.tensor(index), layout.batch(1000, len(index)))
     except Exception:  # noqa: BLE001 - any error is a refusal

@@ -65,21 +65,19 @@ class Model:
 def run_program(impl, data, spec: BufferSpec) -> None:
     """Drawn inserts and samples on ``impl``'s table, each draw checked against the model."""
     trace = Trace(impl, spec)
-    buf, model, written = impl.make(spec), Model(spec), 0
+    buf, model, written = trace.wrap(impl.make(spec)), Model(spec), 0
     for step in range(data.draw(st.integers(1, 16), label="steps")):
         when = f"at step {step} (sampler={spec.sampler!r}, remover={spec.remover!r}, " \
                f"max_times_sampled={spec.max_times_sampled}, held ids {sorted(model.items)})"
         if not model.items or data.draw(st.booleans(), label=f"insert at step {step}"):
             pri = data.draw(st.lists(st.sampled_from(PRIORITIES), min_size=1, max_size=3),
                             label=f"priorities inserted at step {step}")
-            trace.op(f"buf.extend(rows({written}, {pri}))")
             buf.extend(rows(written, pri))
             for j, p in enumerate(pri):
                 model.insert(written + j, p)
             written += len(pri)
         else:
             batch = min(data.draw(st.integers(1, 3), label=f"batch at step {step}"), model.draws_left())
-            trace.op(f"got, info = buf.sample({batch})")
             got = torch.as_tensor(buf.sample(batch)[0]["id"]).reshape(-1).tolist()
             assert_same(f"number of items drawn by sample({batch}) {when}", len(got), batch, trace)
             for k, row_id in enumerate(got):
@@ -88,7 +86,6 @@ def run_program(impl, data, spec: BufferSpec) -> None:
                 elif row_id not in model.items:
                     fail(f"id of draw {k} of sample({batch}) {when}", row_id, f"one of {sorted(model.items)}", trace)
                 model.drawn(row_id)
-        trace.op("len(buf)")
         assert_same(f"len(buf) after step {step} (held ids should be {sorted(model.items)})", len(buf),
                     len(model.items), trace)
 

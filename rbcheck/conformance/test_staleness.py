@@ -35,13 +35,18 @@ def rows(versions) -> TensorDict:
                        "policy_version": torch.tensor(versions, dtype=torch.int64)}, [n])
 
 
-def build(impl, versions, consumer: int, max_staleness: int, seed: int):
+def build(impl, versions, consumer: int, max_staleness: int, seed: int, trace: Trace | None = None,
+          var: str = "buf"):
+    """A recorded buffer holding ``rows(versions)`` at ``consumer``'s version
+    (on ``trace`` as ``var`` when given, else on a new trace as ``buf``)."""
     spec = BufferSpec(capacity=len(versions), sampler="staleness", max_staleness=max_staleness, seed=seed)
-    trace = Trace(impl, spec)
+    if trace is None:
+        trace = Trace(impl, spec)
+        buf = trace.wrap(impl.make(spec))
+    else:
+        buf = trace.make(spec, var)
     trace.need("from rbcheck.conformance.test_staleness import rows")
-    buf = impl.make(spec)
-    trace.op(f"buf.extend(rows({list(versions)})); buf.set_consumer_version({consumer})")
-    buf.extend(rows(versions))
+    buf.extend(trace.name(rows(versions), f"rows({list(versions)})"))
     buf.set_consumer_version(consumer)
     return buf, trace
 
@@ -59,7 +64,6 @@ def test_staleness_draws_follow_the_declared_weighting(impl):
         for size in sizes:
             buf, trace = build(impl, versions, consumer, gate, seed=size)
             counts = torch.zeros(len(versions), dtype=torch.float64)
-            trace.op(f"for _ in range({-(-DRAWS // size)}): rows, info = buf.sample({size})")
             for _ in range(-(-DRAWS // size)):
                 index = torch.as_tensor(buf.sample(size)[1]["index"]).cpu().reshape(-1)
                 if len(index) != size or bool(((index < 0) | (index >= len(versions))).any()):
@@ -74,7 +78,6 @@ def test_no_eligible_row_is_an_error(impl):
     """exact: when every row is staler than ``max_staleness``, a sample raises
     (no batch of stale rows)."""
     buf, trace = build(impl, (0, 1, 2), 10, 3, seed=0)
-    trace.op("buf.sample(2)")
     try:
         rows_, info = buf.sample(2)
     except Exception:  # noqa: BLE001 - the refusal asked for
@@ -88,8 +91,8 @@ def test_staleness_draws_replay_from_the_seed(impl):
     """exact (seedable): two buffers built from one spec (one seed) and fed
     the same rows give the same draws."""
     versions, consumer = (0, 1, 2, 3, 4, 5, 6, 7), 7
-    (first, trace), (second, _) = build(impl, versions, consumer, -1, 5), build(impl, versions, consumer, -1, 5)
-    trace.op("twin = <the same spec, rows and consumer version>; buf.sample(4); twin.sample(4)")
+    first, trace = build(impl, versions, consumer, -1, 5)
+    second, _ = build(impl, versions, consumer, -1, 5, trace=trace, var="twin")
     for k in range(8):
         assert_tensor_equal(f"info['index'] of sample {k} of twins with one seed",
                             torch.as_tensor(first.sample(4)[1]["index"]).cpu(),

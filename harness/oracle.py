@@ -230,16 +230,23 @@ def reads_back(spec: BufferSpec, adapter) -> bool:
     return spec.sampler == "prioritized" and adapter.has("priority_readback")
 
 
-def start_prioritized(impl, spec: BufferSpec, layout, fill: int = 0):
+def start_prioritized(impl, spec: BufferSpec, layout, fill: int = 0, record: bool = False):
     """A fresh buffer of ``impl`` built from ``spec``, its trace (with
     ``layout`` bound) and its oracle, after ``fill`` rows written by one
-    extend (none by default). Returns ``(trace, buf, oracle)``."""
+    extend (none by default). Returns ``(trace, buf, oracle)``; with
+    ``record``, ``(trace, buf, oracle, layout)``: the buffer records its calls
+    (``trace.wrap``) and the layout is the trace's source of rows."""
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
+    if record:
+        layout = trace.source("layout", layout)
+        buf = trace.wrap(impl.make(spec))
+    else:
+        trace.let("layout", layout)
+        buf = impl.make(spec)
     oracle = PriorityOracle(spec, impl.conventions)
     if fill:
-        trace.op(f"buf.extend(layout.batch(0, {fill}))")
+        if not record:
+            trace.op(f"buf.extend(layout.batch(0, {fill}))")
         buf.extend(layout.batch(0, fill))
         oracle.write(fill)
-    return trace, buf, oracle
+    return (trace, buf, oracle, layout) if record else (trace, buf, oracle)

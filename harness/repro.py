@@ -36,8 +36,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-#: The most elements a tensor is written out with.
-LITERAL_LIMIT = 1024
+#: The most elements a tensor is written out with (a batch of indices a property
+#: passes back, as the hand-written repros wrote them).
+LITERAL_LIMIT = 1 << 16
 _BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
          torch.bfloat16: torch.int16}
 

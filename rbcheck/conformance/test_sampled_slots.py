@@ -38,7 +38,6 @@ WIDE = [0.0, 1e-6, 1e-3, 0.5, 1.0, 3.0, 1e3, 1e6]
 
 
 def _sample(buf, k: int, trace: Trace, when: str):
-    trace.op(f"rows, info = buf.sample({k})")
     try:
         return buf.sample(k)
     except Exception as err:  # noqa: BLE001 - a raising sample is the failure reported
@@ -95,12 +94,11 @@ def test_sampled_slots_are_live_and_weights_belong_to_them(impl, setup, data):
     conv = impl.conventions
     hint = scale_limit(impl, "sample_batch")  # an adapter's cost hint bounds the drawn batches
     batch = training_batch_sizes(hint[0] if hint else 4096)
-    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT)
+    trace, buf, oracle, layout = start_prioritized(impl, spec, LAYOUT, record=True)
     written = 0
     for stage in range(data.draw(st.integers(2, 4), label="stages")):
         n = min(chunk, 2 * capacity - written) if written < 2 * capacity else chunk
-        trace.op(f"buf.extend(layout.batch({written}, {n}))")
-        buf.extend(LAYOUT.batch(written, n))
+        buf.extend(layout.batch(written, n))
         oracle.write(n)
         written += n
         when = f"after {written} rows (capacity {capacity})"
@@ -114,8 +112,6 @@ def test_sampled_slots_are_live_and_weights_belong_to_them(impl, setup, data):
             raw = data.draw(st.lists(st.sampled_from(wide), min_size=8, max_size=8), label="priorities")
             raw = (raw * -(-k // 8))[:k]  # a batch of k: the 8 drawn, repeated along it
             index = info["index"].cpu()
-            trace.op(f"buf.update_priority(torch.tensor({index.tolist()}), "
-                     f"torch.tensor({raw}, dtype={conv.priority_dtype}))")
             buf.update_priority(index, conv.priorities(raw))
             oracle.update(index, raw)
         if not bool((oracle.leaves() > 0).any()):
@@ -125,7 +121,6 @@ def test_sampled_slots_are_live_and_weights_belong_to_them(impl, setup, data):
         _check_batch(buf, rows, info, k, oracle, trace, when, impl)
         if impl.has("shared_rng"):
             u = torch.tensor(EXTREME_UNIFORMS, dtype=torch.float64)
-            trace.op(f"buf.indices_from_uniforms(torch.tensor({EXTREME_UNIFORMS}, dtype=torch.float64))")
             got = torch.as_tensor(buf.indices_from_uniforms(u)).cpu()
             bad = (got < 0) | (got >= len(buf))
             if bool(bad.any()):
@@ -149,19 +144,17 @@ def test_update_with_repeated_slots_samples_by_the_last_entry(impl, case):
     spec = BufferSpec(capacity=capacity, sampler="prioritized", alpha=1.0, beta=0.4, eps=1e-3,
                       seed=31 + case, layout=LAYOUT.spec_layout())
     conv = impl.conventions
-    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=capacity)
+    trace, buf, oracle, _ = start_prioritized(impl, spec, LAYOUT, fill=capacity, record=True)
     updates = [
         ([0, 0, 1, 2, 0], [50.0, 40.0, 1.0, 2.0, 0.5]),
         ([3, 3, 3, 4, 5], [0.1, 20.0, 8.0, 1.0, 1.0]),
         ([5, 1, 5, 1, 2, 2], [30.0, 30.0, 1.0, 2.0, 9.0, 0.25]),
     ][case]
     index, raw = updates
-    trace.op(f"buf.update_priority(torch.tensor({index}), torch.tensor({raw}, dtype={conv.priority_dtype}))")
     buf.update_priority(torch.tensor(index), conv.priorities(raw))
     oracle.update(torch.tensor(index), raw)
     counts = torch.zeros(capacity, dtype=torch.float64)
     for _ in range(4):
-        trace.op("rows, info = buf.sample(5000)")
         _, info = buf.sample(5000)
         idx = info["index"].cpu()
         bad = (idx < 0) | (idx >= capacity)

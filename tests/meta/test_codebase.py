@@ -203,7 +203,6 @@ HAND_WRITTEN_REPROS_FOR_NOW: frozenset[str] = frozenset({
     'test_policy_placement.py',
     'test_priority_transform.py',
     'test_rate_limiter.py',
-    'test_sampled_slots.py',
     'test_sampling_distributions.py',
     'test_sampling_mass.py',
     'test_sampling_without_replacement.py',

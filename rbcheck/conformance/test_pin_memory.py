@@ -74,15 +74,14 @@ def test_pin_step_is_last_and_sees_transformed_sample_and_info(impl, data):
     n = data.draw(st.integers(1, spec.capacity), label="rows written")
     k = data.draw(st.integers(1, 6), label="batch size")
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
+    layout = trace.source("layout", layout)
     recorder = PinRecorder()
     with impl.patch_pin_step(recorder):
-        buf = impl.make(spec)
-        trace.op(f"buf.extend(layout.batch(0, {n}))")
+        trace.note("the property runs this with the pin step replaced by a recorder (impl.patch_pin_step)")
+        buf = trace.wrap(impl.make(spec))
         buf.extend(layout.batch(0, n))
         for _ in range(2):
             recorder.calls.clear()
-            trace.op(f"rows, info = buf.sample({k})")
             rows, info = buf.sample(k)
             assert_same("pin step calls for one sample()", len(recorder.calls), 1, trace)
             call = recorder.calls[0]
@@ -141,10 +140,9 @@ def test_returned_sample_is_pinned_on_cuda(impl, data):
     )
     layout = data.draw(layouts(max_fields=3), label="layout")
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
+    layout = trace.source("layout", layout)
+    buf = trace.wrap(impl.make(spec))
     n = min(4, spec.capacity)
-    trace.op(f"buf.extend(layout.batch(0, {n})); rows, info = buf.sample(3)")
     buf.extend(layout.batch(0, n))
     rows, info = buf.sample(3)
     for key, value in rows.items(include_nested=True, leaves_only=True):

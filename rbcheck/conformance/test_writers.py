@@ -47,15 +47,14 @@ def test_max_value_writer_holds_the_top_k_of_everything_written(impl, data):
     first = LAYOUT.batch(0, 1, value=torch.zeros(1, dtype=dtype))
     spec = BufferSpec(capacity=capacity, writer="max_value", value_key="value", seed=1, layout=spec_layout(first))
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
     ids: list[int] = []
     values: list[float] = []
     for batch in batches:
         start, n = len(ids), len(batch)
         value = torch.tensor(batch, dtype=dtype)
-        trace.op(f"index = buf.extend(layout.batch({start}, {n}, value=torch.tensor({batch}, dtype={dtype})))")
-        index = torch.as_tensor(buf.extend(LAYOUT.batch(start, n, value=value))).cpu()
+        index = torch.as_tensor(buf.extend(layout.batch(start, n, value=value))).cpu()
         ids += range(start, start + n)
         values += [float(v) for v in batch]
         want = top_k(ids, values, capacity)
@@ -81,7 +80,6 @@ def attempt_write(buf, what: str, call, trace) -> None:
     """``call()`` must raise and leave the buffer's bookkeeping and contents as they were."""
     before = bookkeeping(buf)
     contents = buf.contents() if len(buf) else None
-    trace.op(f"{what}  # refused")
     try:
         call()
     except Exception:  # noqa: BLE001 - any error is a refusal
@@ -108,17 +106,13 @@ def test_immutable_writer_refuses_every_write_and_nothing_changes(impl, tmp_path
     writes = data.draw(st.lists(st.sampled_from(["extend", "add", "edit"]), min_size=1, max_size=5), label="writes")
     spec = BufferSpec(capacity=capacity, writer="immutable", seed=2, layout=layout.spec_layout())
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
+    layout = trace.source("layout", layout)
+    buf = trace.wrap(impl.make(spec))
     if impl.has("save_load"):
-        path = tmp_path_factory.mktemp("dataset") / "ckpt"
-        source = impl.make(spec.but(writer="round_robin"))
+        path = trace.directory(tmp_path_factory.mktemp("dataset")) / "ckpt"
+        source = trace.make(spec.but(writer="round_robin"), "src")
         source.extend(layout.batch(0, rows))
         source.save(path)
-        trace.need("from pathlib import Path")
-        trace.op(f"src = load_adapter({trace.adapter!r}).make({spec.but(writer='round_robin')!r}); "
-                 f"src.extend(layout.batch(0, {rows})); src.save(Path({str(path)!r}))")
-        trace.op(f"buf.load(Path({str(path)!r}))")
         buf.load(path)
         assert_same("(len, cursor, write_count) after the load", bookkeeping(buf), bookkeeping(source), trace)
     for i, kind in enumerate(writes):
@@ -131,7 +125,6 @@ def test_immutable_writer_refuses_every_write_and_nothing_changes(impl, tmp_path
             attempt_write(buf, f"buf.set([0], layout.batch({start}, 1))",
                           lambda s=start: buf.set([0], layout.batch(s, 1)), trace)
     if len(buf):
-        trace.op("buf.sample(4)")
         got, _ = buf.sample(4)
         stray = sorted(set(got["id"].cpu().tolist()) - set(buf.contents()["id"].cpu().tolist()))
         assert_same("sampled ids not held", stray, [], trace)

@@ -61,30 +61,24 @@ def test_save_load_chain_and_carrying_on_match_no_checkpoint(impl, sampler, tmp_
     if not impl.has(sampler):
         pytest.skip(f"not declared: {sampler}")
     episodes = EpisodeLayout((3, 5, 2, 6, 4, 4, 3))
-    data = episodes.batch()
     seedable = impl.conventions.seedable
     extra = {"slice_len": 2} if sampler == "slice" else {}
-    spec = BufferSpec(capacity=12, sampler=sampler, seed=5, **extra, layout=spec_layout(data))
+    spec = BufferSpec(capacity=12, sampler=sampler, seed=5, **extra, layout=spec_layout(episodes.batch()))
     trace = Trace(impl, spec)
-    trace.let("episodes", episodes)
-    trace.need("from pathlib import Path")
-    trace.let("path", None, f"Path({str(tmp_path)!r})")
-    twin, buf = impl.make(spec), impl.make(spec)
+    data = trace.source("episodes", episodes).batch()
+    path = trace.directory(tmp_path, "path")
+    buf, twin = trace.wrap(impl.make(spec)), trace.make(spec, "twin")
     for b in (twin, buf):
         b.extend(data[:9])
         b.extend(data[9:20])  # 20 rows into 12 slots: the ring has wrapped
-    trace.op("buf.extend(episodes.batch()[:9]); buf.extend(episodes.batch()[9:20])")
     k = 4
-    path = tmp_path
     for step, (first, second) in enumerate([("A", "B"), ("B", "A")]):
         for name in (first, second):  # a second checkpoint from the same buffer, at a new path
-            trace.op(f"buf.save(path / {name!r})")
             _checkpoint_call(lambda name=name, buf=buf: buf.save(path / name), f"buf.save(path / {name!r})",
                              "a checkpoint written", trace)
         loaded = []
         for name in (second, first):
-            fresh = impl.make(spec.but(seed=spec.seed + 1 + step))
-            trace.op(f"buf = load_adapter({trace.adapter!r}).make({spec!r}); buf.load(path / {name!r})")
+            fresh = trace.make(spec.but(seed=spec.seed + 1 + step), f"loaded{step}_{name}")
             _checkpoint_call(lambda fresh=fresh, name=name: fresh.load(path / name),
                              f"buf.load(path / {name!r}) (the buffer saved at {first!r} then {second!r})",
                              "the state just saved there", trace)
@@ -92,7 +86,7 @@ def test_save_load_chain_and_carrying_on_match_no_checkpoint(impl, sampler, tmp_
         _assert_same_state(f"loaded from {second!r} vs from {first!r}", _observe(loaded[0], spec, k, False),
                            _observe(loaded[1], spec, k, False), trace)
         buf = loaded[0]
-    trace.op("buf.extend(episodes.batch()[20:])  # carry on; compare with a twin never saved")
+    trace.note("carry on; compare with a twin never saved")
     for b in (twin, buf):
         b.extend(data[20:])
     _assert_same_state("reloaded buffer vs never-saved twin", _observe(buf, spec, k, seedable),

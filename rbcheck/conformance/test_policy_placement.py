@@ -74,14 +74,14 @@ COPYABLE = {"CopyablePolicy": CopyablePolicy, "ParameterFreePolicy": ParameterFr
 CPU = torch.device("cpu")
 
 
-def _trace(impl, call: str) -> Trace:
-    """A repro that runs as pasted: the adapter as ``adapter``, the policy
-    classes imported from this file."""
+def _trace(impl) -> tuple[Trace, object]:
+    """A repro that runs as pasted: the adapter as ``adapter`` (a recorded
+    proxy: its ``place_policy`` calls are written as they are made), the
+    policy classes imported from this file."""
     trace = Trace(impl, BufferSpec(capacity=1))
     trace.need("from rbcheck.conformance.test_policy_placement import *")
     trace.let("adapter", None, expr=f"load_adapter({trace.adapter!r})")
-    trace.op(call)
-    return trace
+    return trace, trace.wrap(impl, "adapter")
 
 
 def _tensors(policy) -> dict[str, torch.Tensor]:
@@ -133,9 +133,9 @@ def test_non_copyable_policy_is_used_in_place_when_no_copy_is_needed(impl, kind)
     with its parameters, buffers and training flags untouched."""
     policy = NON_COPYABLE[kind]()
     before = snapshot(policy)
-    trace = _trace(impl, f"adapter.place_policy({kind}(), torch.device('cpu'), True)")
+    trace, adapter = _trace(impl)
     try:
-        placed = impl.place_policy(policy, CPU, True)
+        placed = adapter.place_policy(trace.name(policy, f"{kind}()"), CPU, True)
     except Exception as err:  # noqa: BLE001
         fail(
             "place_policy(...)",
@@ -155,9 +155,9 @@ def test_non_copyable_policy_needing_a_copy_fails_with_a_clear_error(impl, kind)
     how to fix it (allow_in_place / make it copyable); a bare deepcopy
     TypeError / RuntimeError without that context fails the check."""
     policy = NON_COPYABLE[kind]()
-    trace = _trace(impl, f"adapter.place_policy({kind}(), torch.device('cpu'), False)")
+    trace, adapter = _trace(impl)
     try:
-        impl.place_policy(policy, CPU, False)
+        adapter.place_policy(trace.name(policy, f"{kind}()"), CPU, False)
     except Exception as err:  # noqa: BLE001
         message = str(err)
         if kind not in message:
@@ -193,7 +193,9 @@ def test_copyable_policy_is_copied_when_a_copy_is_asked_for(impl, kind):
     (only identity and the training flag tell a copy apart there)."""
     policy = COPYABLE[kind]()
     before = snapshot(policy)
-    trace = _trace(impl, f"placed = adapter.place_policy({kind}(), torch.device('cpu'), False)")
+    trace, _ = _trace(impl)
+    # written by hand, not recorded: the snippet's later steps change the copy, so it binds it
+    trace.op(f"placed = adapter.place_policy({kind}(), torch.device('cpu'), False)")
     placed = impl.place_policy(policy, CPU, False)
     assert_untouched(policy, before, trace, "after place_policy")
     if placed is policy:

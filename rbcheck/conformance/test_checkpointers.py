@@ -62,39 +62,32 @@ def test_a_checkpoint_round_trips_every_dtype_and_stays_as_saved(impl, tmp_path_
     capacity = data.draw(st.integers(1, 6), label="capacity")
     spec = BufferSpec(capacity=capacity, sampler=sampler, seed=7, layout=layout.spec_layout())
     trace = Trace(impl, spec)
-    trace.need("from pathlib import Path")
     trace.need("from rbcheck.harness.bit_layout import BitField, BitLayout")
-    trace.let("layout", layout)
-    a, b = root / "A", root / "B"
-    trace.let("A", None, f"Path({str(a)!r})")
-    trace.let("B", None, f"Path({str(b)!r})")
-    make = lambda: _call("make(spec)", lambda: impl.make(spec), "a new buffer", trace)  # noqa: E731
-    buf = make()
+    layout = trace.source("layout", layout)
+    trace.directory(root, "root")
+    a, b = trace.let("A", root / "A", "root / 'A'"), trace.let("B", root / "B", "root / 'B'")
+    make = lambda var: _call("make(spec)", lambda: trace.make(spec, var), "a new buffer", trace)  # noqa: E731
+    buf = _call("make(spec)", lambda: trace.wrap(impl.make(spec)), "a new buffer", trace)
     n = data.draw(st.integers(1, 2 * capacity), label="rows before the save")
-    trace.op(f"buf.extend(layout.batch(0, {n})); buf.save(A)")
     buf.extend(layout.batch(0, n))
     _call("buf.save(A)", lambda: buf.save(a), "a checkpoint at A", trace)
     saved, files = _state(buf), entries(a)
 
-    trace.op(f"buf2 = load_adapter({trace.adapter!r}).make({spec!r}); buf2.load(A)")
-    buf2 = make()
+    buf2 = make("buf2")
     _call("buf2.load(A)", lambda: buf2.load(a), "the checkpoint loaded", trace)
     _same_state("the buffer loaded from A", buf2, saved, trace)
 
     m = data.draw(st.integers(1, 2 * capacity), label="rows written after the load")
-    trace.op(f"buf2.extend(layout.batch(1000, {m})); buf2.add(layout.row(2000))")
     buf2.extend(layout.batch(1000, m))
     buf2.add(layout.row(2000))
     if impl.has("edit"):
-        trace.op("buf2.set([0], layout.batch(3000, 1))")
         buf2.set([0], layout.batch(3000, 1))
     now = entries(a)
     changed = sorted(k for k in set(files) | set(now) if files.get(k) != now.get(k))
     if changed:
         fail("files of checkpoint A changed by writes to the buffer loaded from it", changed[:8],
              "none: a checkpoint is as it was saved", trace)
-    trace.op(f"buf3 = load_adapter({trace.adapter!r}).make({spec!r}); buf3.load(A)")
-    buf3 = make()
+    buf3 = make("buf3")
     _call("buf3.load(A) after writes to buf2", lambda: buf3.load(a), "the checkpoint loaded", trace)
     _same_state("a new load of A after writes to the buffer loaded from it", buf3, saved, trace)
 
@@ -102,10 +95,9 @@ def test_a_checkpoint_round_trips_every_dtype_and_stays_as_saved(impl, tmp_path_
     holder = buf2
     for step, (where, path) in enumerate([("A", a), ("B", b)], start=1):  # A: over the one it was loaded from
         name = "buf2" if step == 1 else "buf4"
-        trace.op(f"{name}.save({where}); buf4 = load_adapter({trace.adapter!r}).make({spec!r}); buf4.load({where})")
         _call(f"{name}.save({where}) (round {step})", lambda h=holder, p=path: h.save(p), f"a checkpoint at {where}",
               trace)
-        holder = make()
+        holder = make("buf4")  # round 2 saves this round's buf4, then loads into a new one
         _call(f"buf4.load({where}) (round {step})", lambda h=holder, p=path: h.load(p), "the checkpoint loaded",
               trace)
         _same_state(f"the buffer restored from {where} (checkpoint/restore round {step})", holder, current, trace)

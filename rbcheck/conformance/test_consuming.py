@@ -12,6 +12,7 @@ written row starts at 0 draws.
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,14 +68,13 @@ def run_program(impl, data, check_writes: bool) -> None:
     (else the model follows the slots the buffer reports)."""
     spec = consuming_spec(data)
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
     model, written = Model(spec.capacity, spec.max_sample_count), 0
     for step in range(data.draw(st.integers(1, 14), label="steps")):
         if written == 0 or data.draw(st.booleans(), label=f"write at step {step}"):
             n = data.draw(st.integers(1, spec.capacity + 2), label=f"rows written at step {step}")
-            trace.op(f"slots = buf.extend(layout.batch({written}, {n}))")
-            got = torch.as_tensor(buf.extend(LAYOUT.batch(written, n))).cpu()
+            got = torch.as_tensor(buf.extend(layout.batch(written, n))).cpu()
             want = model.place(n)
             if check_writes:
                 assert_tensor_equal(f"slots of {n} rows written at step {step} (consumed slots "
@@ -89,7 +89,6 @@ def run_program(impl, data, check_writes: bool) -> None:
             continue
         batch = data.draw(st.integers(1, 3000), label=f"batch at step {step}")
         live = model.unconsumed()
-        trace.op(f"rows, info = buf.sample({batch})")
         try:
             rows, info = buf.sample(batch)
         except Exception as err:  # noqa: BLE001 - allowed only when every row is consumed
@@ -143,40 +142,34 @@ def test_consumption_survives_save_and_load(impl, data):
     are in the checkpoint."""
     spec = consuming_spec(data, capacity=data.draw(st.integers(2, 64), label="capacity"))
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
-    trace.op(f"buf.extend(layout.batch(0, {spec.capacity}))")
-    buf.extend(LAYOUT.batch(0, spec.capacity))
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
+    buf.extend(layout.batch(0, spec.capacity))
     batch = data.draw(st.integers(1, spec.capacity), label="batch size")
     for _ in range(data.draw(st.integers(1, 4), label="samples before the save")):
-        trace.op(f"buf.sample({batch})")
         try:
             buf.sample(batch)
         except Exception:  # noqa: BLE001 - every row consumed: the test is about what follows
             break
 
-    def carry_on(target, var: str) -> list:
+    def carry_on(target) -> list:
         out = []
         for k in range(3):
-            trace.op(f"{var}.sample({batch})")
             try:
                 out.append(("sample", target.sample(batch)[1]["index"].cpu()))
             except Exception as err:  # noqa: BLE001 - the same refusal expected after the load
                 out.append(("sample", f"<raised {type(err).__name__}>"))
-            trace.op(f"{var}.extend(layout.batch({1000 + k}, 2))")
-            out.append(("write", torch.as_tensor(target.extend(LAYOUT.batch(1000 + k, 2))).cpu()))
+            out.append(("write", torch.as_tensor(target.extend(layout.batch(1000 + k, 2))).cpu()))
         return out
 
     with tempfile.TemporaryDirectory() as tmp:
-        trace.op(f"buf.save({tmp!r})")
+        tmp = trace.directory(Path(tmp))
         buf.save(tmp)
-        want = carry_on(buf, "buf")
-        trace.op(f"fresh = load_adapter({trace.adapter!r}).make({spec.but(seed=spec.seed + 1)!r})")
-        fresh = impl.make(spec.but(seed=spec.seed + 1))
-        for name, var, target in (("buf", "buf", buf), ("a fresh buffer", "fresh", fresh)):
-            trace.op(f"{var}.load({tmp!r})")
+        want = carry_on(buf)
+        fresh = trace.make(spec.but(seed=spec.seed + 1), "fresh")
+        for name, target in (("buf", buf), ("a fresh buffer", fresh)):
             target.load(tmp)
-            for k, ((kind, got), (_, expected)) in enumerate(zip(carry_on(target, var), want, strict=True)):
+            for k, ((kind, got), (_, expected)) in enumerate(zip(carry_on(target), want, strict=True)):
                 what = f"{kind} {k // 2} after loading into {name}"
                 if isinstance(expected, str) or isinstance(got, str):
                     assert_same(what, str(got) if isinstance(got, str) else "<a batch>",

@@ -12,7 +12,9 @@ order), the medians of ``--reps`` calls per cell in each of ``--runs`` runs:
   the slot counter, no check at all: what any per-step write costs in torch;
 * ``sb3 add`` (stable-baselines3's ``ReplayBuffer.add``) and ``rlox push`` (rlox's
   ``ReplayBuffer.push(obs, action, reward, terminated, truncated, next_obs=...)``) when they
-  import (their versions recorded; "not installed" otherwise).
+  import (their versions recorded; "not installed" otherwise), each the per-row write of its
+  adapter's raw face (``prepare_row``/``add_row``, harness/adapters/sb3_raw.py, rlox_raw.py):
+  no library is imported here.
 
 Every buffer: capacity ``--capacity`` (2^20), rows obs float32[8], next_obs float32[8],
 action float32[2], reward float32, done float32 (stable-baselines3's row). Before timing,
@@ -37,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from bench.faces import Peer, spec_for
 
 DATA = Path("docs/results/data/add_speed.json")
 DOC = Path("docs/results/add.md")
@@ -84,28 +88,20 @@ def cells(capacity: int, data: list[dict]) -> tuple[dict, dict]:
         return s
 
     out["floor: tensor[slot] = row"] = copy
-    try:
-        from gymnasium import spaces
-        from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer
-
-        sb3 = SB3Buffer(capacity, spaces.Box(-np.inf, np.inf, (WIDTH,), np.float32),
-                        spaces.Box(-np.inf, np.inf, (ACTION,), np.float32), device="cpu", n_envs=1,
-                        handle_timeout_termination=False)
-        sb3_rows = [(r["obs"][None], r["next_obs"][None], r["action"][None], np.array([r["reward"]]),
-                     np.array([r["done"]]), [{}]) for r in data]
-        out["sb3 add"] = lambda i: sb3.add(*sb3_rows[i % n])
-        versions["sb3"] = _version("stable-baselines3")
-    except ImportError as error:
-        versions["sb3"] = f"not installed ({error})"
-    try:
-        import rlox
-
-        rl = rlox.ReplayBuffer(capacity, WIDTH, ACTION)
-        rl_rows = [(r["obs"], r["action"], float(r["reward"]), bool(r["done"]), False, r["next_obs"]) for r in data]
-        out["rlox push"] = lambda i: rl.push(*rl_rows[i % n][:5], next_obs=rl_rows[i % n][5])
-        versions["rlox"] = _version("rlox")
-    except (ImportError, AttributeError, TypeError) as error:
-        versions["rlox"] = f"not usable ({type(error).__name__}: {error})"
+    spec = spec_for(capacity, WIDTH, False)
+    for peer, dist, cell in (("sb3", "stable-baselines3", "sb3 add"), ("rlox", "rlox", "rlox push")):
+        face = Peer.of_builtin(peer, peer)
+        if face.raw is None:
+            versions[peer] = face.why if face.why.startswith("not ") else f"not usable ({face.why})"
+            continue
+        try:
+            buf = face.raw(spec)
+            prepared = [buf.prepare_row(r) for r in data]
+        except (ImportError, AttributeError, TypeError) as error:
+            versions[peer] = f"not usable ({type(error).__name__}: {error})"
+            continue
+        out[cell] = lambda i, buf=buf, prepared=prepared: buf.add_row(prepared[i % n])
+        versions[peer] = _version(dist)
     return out, versions
 
 

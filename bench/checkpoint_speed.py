@@ -29,7 +29,8 @@ order), the medians of ``--reps`` calls per cell in each of ``--runs`` runs:
 With ``--peers`` (where they import: the validate environment), TorchRL's ``dumps``/``loads``
 (``TensorDictReplayBuffer`` over a ``LazyTensorStorage``), tianshou's ``save_hdf5``/
 ``load_hdf5`` and stable-baselines3's ``save_to_pkl``/``load_from_pkl`` (what its
-``save_replay_buffer`` does) of the same rows join the rotation, each with what
+``save_replay_buffer`` does) of the same rows join the rotation, each driven through its
+adapter's raw face (``save``/``loader``, harness/adapters/<lib>_raw.py), each with what
 it guarantees (``GUARANTEES``; each round trip checked before timing). Reads come from the page cache, as a load right after a save
 does. ``--render`` writes ``docs/results/checkpoint.md`` from the JSON.
 """
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -52,6 +54,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from bench.faces import Peer, spec_for
 
 DATA = Path("docs/results/data/checkpoint_speed.json")
 DOC = Path("docs/results/checkpoint.md")
@@ -109,65 +113,26 @@ def rbcheck_buffer(capacity: int, rows: dict | None = None, chunk: int = 1 << 16
 
 def peer_cells(capacity: int, rows: dict, tmp: Path) -> tuple[dict, dict]:
     """``({"<lib> save"/"<lib> load": call}, {lib: version or why not})`` for TorchRL,
-    tianshou and stable-baselines3 where they import; each round trip checked first."""
+    tianshou and stable-baselines3 where they import, each through its adapter's raw face
+    (``save`` and ``loader``, harness/adapters/<lib>_raw.py; uniform buffers filled with
+    ``rows``); each round trip checked first."""
     out, versions = {}, {}
-    for lib, dist, make in (("torchrl", "torchrl", _torchrl), ("tianshou", "tianshou", _tianshou),
-                            ("sb3", "stable-baselines3", _sb3)):
-        try:
-            save, load, obs_of = make(capacity, rows, tmp / lib)
-        except ImportError as error:
-            versions[lib] = f"not timed ({error})"
+    spec = spec_for(capacity, rows["obs"].shape[1], False)
+    slots = np.arange(capacity)
+    for lib, dist in (("torchrl", "torchrl"), ("tianshou", "tianshou"), ("sb3", "stable-baselines3")):
+        peer = Peer.of_builtin(lib, lib)
+        if peer.raw is None:
+            versions[lib] = peer.why if peer.why.startswith("not ") else f"not timed ({peer.why})"
             continue
-        save()
-        if not np.array_equal(obs_of(load()), rows["obs"]):
+        face = peer.raw(spec)
+        face.fill(rows, None)
+        where = tmp / lib
+        face.save(where)
+        load = face.loader(where)
+        if not np.array_equal(np.asarray(load().rows_at(slots)["obs"]), rows["obs"]):
             raise AssertionError(f"{lib}'s load did not give the saved rows back")
-        versions[lib], out[f"{lib} save"], out[f"{lib} load"] = _version(dist), save, load
+        versions[lib], out[f"{lib} save"], out[f"{lib} load"] = _version(dist), functools.partial(face.save, where), load
     return out, versions
-
-
-def _torchrl(capacity, rows, where):
-    from tensordict import TensorDict
-    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-
-    buf = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
-    buf.extend(TensorDict({k: torch.from_numpy(v) for k, v in rows.items()}, batch_size=[capacity]))
-    target = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity))
-
-    def load():
-        target.loads(where)
-        return target
-
-    return lambda: buf.dumps(where), load, lambda b: b._storage[torch.arange(capacity)]["obs"].numpy()
-
-
-def _tianshou(capacity, rows, where):
-    from tianshou.data import Batch, ReplayBuffer
-
-    buf = ReplayBuffer(capacity, random_seed=0)
-    buf.add(Batch(obs=rows["obs"][0], act=rows["action"][0], rew=rows["reward"][0], terminated=False,
-                  truncated=False))  # allocates its arrays from the first transition
-    buf._meta.obs[:], buf._meta.act[:], buf._meta.rew[:] = rows["obs"], rows["action"], rows["reward"]
-    buf._size, buf._insertion_idx = capacity, 0  # 2^20 adds take minutes: written at once
-    where.mkdir(parents=True, exist_ok=True)
-    file = str(where / "buffer.hdf5")
-    return lambda: buf.save_hdf5(file), lambda: ReplayBuffer.load_hdf5(file), lambda b: b._meta.obs
-
-
-def _sb3(capacity, rows, where):
-    from gymnasium import spaces
-    from stable_baselines3.common.buffers import ReplayBuffer
-    from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
-
-    width = rows["obs"].shape[1]
-    buf = ReplayBuffer(capacity, spaces.Box(-np.inf, np.inf, (width,), np.float32),
-                       spaces.Box(-np.inf, np.inf, (2,), np.float32), device="cpu", n_envs=1,
-                       handle_timeout_termination=False)
-    buf.observations[:, 0], buf.next_observations[:, 0] = rows["obs"], rows["obs"]
-    buf.actions[:, 0], buf.rewards[:, 0] = rows["action"], rows["reward"]
-    buf.pos, buf.full = 0, True
-    where.mkdir(parents=True, exist_ok=True)
-    file = where / "replay_buffer.pkl"  # what save_replay_buffer writes
-    return lambda: save_to_pkl(file, buf), lambda: load_from_pkl(file), lambda b: b.observations[:, 0]
 
 
 def cells(capacity: int, width: int, tmp: Path, peers: bool) -> tuple[dict, dict, int]:

@@ -28,7 +28,9 @@ What is timed (setup, Ray start and the workers' first import outside it):
 
 Each served measurement is checked before it counts: the write count equals
 the rows written, every sampled row is whole (``rbcheck.harness.concurrency``
-rows with checksums). ``--address auto`` joins a running Ray cluster instead
+rows with checksums). Ray and TorchRL are reached only through the ``torchrl-ray`` adapter's raw
+face (harness/adapters/torchrl_ray_raw.py: the served buffer, the Ray tasks, Ray's start and
+``get``; the in-process buffer is the ``torchrl`` adapter's raw face). ``--address auto`` joins a running Ray cluster instead
 of starting a local one (docs/benchmarks.md, "Ray: a real cluster").
 """
 
@@ -39,104 +41,20 @@ import json
 import os
 import platform
 import sys
-import time
-import warnings
 from pathlib import Path
 
 import torch
 
-
-def _served_buffer(capacity: int, prioritized: bool):
-    from rbcheck.harness.adapters.torchrl_ray import served_class, start_ray
-
-    start_ray()
-    import functools
-
-    from torchrl.data import LazyTensorStorage
-    from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
-
-    sampler = (functools.partial(PrioritizedSampler, capacity, alpha=0.6, beta=0.4)
-               if prioritized else RandomSampler)
-    return served_class()(storage=functools.partial(LazyTensorStorage, capacity), sampler=sampler,
-                          service_backend="ray",
-                          service_backend_options={"remote_config": {"num_cpus": 0}})
+from bench.faces import Peer, spec_for
 
 
-def _tasks():
-    import ray
-
-    from rbcheck.harness.concurrency_checks import make_rows, torn_rows
-
-    @ray.remote(num_cpus=0, max_retries=0)
-    def write(client, writer: int, batches: int, rows: int, width: int) -> float:
-        data = [make_rows(writer, i * rows, rows, width) for i in range(batches)]
-        client.extend(data[0][:1].copy())  # the first call opens the connection: untimed
-        start = time.perf_counter()
-        for td in data[1:]:
-            client.extend(td)
-        return time.perf_counter() - start
-
-    @ray.remote(num_cpus=0, max_retries=0)
-    def sample(client, samples: int, rows: int, totals: list[int]) -> float:
-        client.sample(rows)  # untimed: the connection
-        start = time.perf_counter()
-        for _ in range(samples):
-            data = client.sample(rows)
-        seconds = time.perf_counter() - start
-        bad = torn_rows(data.exclude("index"), totals)
-        if bad:
-            raise AssertionError(f"sampled rows={bad}, but should be whole")
-        return seconds
-
-    @ray.remote(num_cpus=0, max_retries=0)
-    def in_process(kind: str, k: int, capacity: int, prioritized: bool, batches: int, samples: int,
-                   rows: int, width: int) -> float:
-        """The in-process baseline, in a worker process like the served side's
-        clients (the driver runs Ray's threads, which would slow it)."""
-        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-        from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
-
-        sampler = PrioritizedSampler(capacity, alpha=0.6, beta=0.4) if prioritized else RandomSampler()
-        buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler)
-        if kind == "extend":
-            data = [make_rows(w, i * rows, rows, width) for w in range(k) for i in range(batches)]
-            buffer.extend(data[0][:1].copy())
-            start = time.perf_counter()
-            for td in data[1:]:
-                buffer.extend(td)
-            return (len(data) - 1) * rows / (time.perf_counter() - start)
-        buffer.extend(make_rows(0, 0, capacity, width))
-        if kind == "update":
-            return update_rounds(buffer, rows, samples)
-        buffer.sample(rows)
-        start = time.perf_counter()
-        for _ in range(k * samples):
-            buffer.sample(rows)
-        return k * samples * rows / (time.perf_counter() - start)
-
-    @ray.remote(num_cpus=0, max_retries=0)
-    def served_update(client, rows: int, rounds: int) -> float:
-        return update_rounds(client, rows, rounds)
-
-    @ray.remote(num_cpus=0, max_retries=0)
-    def ready() -> bool:
-        import rbcheck.harness.concurrency  # noqa: F401 - imports torch in the worker
-
-        return True
-
-    return write, sample, in_process, served_update, ready
-
-
-def update_rounds(buffer, rows: int, rounds: int) -> float:
-    """Seconds per learner step: sample, then update_priority of the sampled slots."""
-    with warnings.catch_warnings():  # TorchRL warns on update_priority with a uniform sampler
-        warnings.simplefilter("ignore")
-        _, info = buffer.sample(rows, return_info=True)
-        start = time.perf_counter()
-        for i in range(rounds):
-            _, info = buffer.sample(rows, return_info=True)
-            buffer.update_priority(info["index"], torch.full((rows,), 0.5 + i % 7))
-        return (time.perf_counter() - start) / rounds
+def _face():
+    """The ``torchrl-ray`` adapter's raw face (harness/adapters/torchrl_ray_raw.py): the served
+    buffer, Ray's start, tasks and ``get``; no library is imported here."""
+    peer = Peer.of_builtin("torchrl-ray", "torchrl-ray")
+    if peer.raw is None:
+        raise SystemExit(f"torchrl-ray cannot run here: {peer.why}")
+    return peer.raw
 
 
 def _median(values: list[float]) -> float:
@@ -147,36 +65,32 @@ def measure(writers: list[int], rows: int, batches: int, samples: int, width: in
             repeats: int = 3) -> dict:
     """Every served number is taken right after its in-process counterpart,
     ``repeats`` times; the ratio is of the medians."""
-    import ray
-
-    from rbcheck.harness.adapters.torchrl import probe_prioritized
-    from rbcheck.harness.adapters.torchrl_ray import start_ray
-
-    start_ray()  # before any Ray call: a Ray call would start a default Ray
-    prioritized = probe_prioritized() is None
+    face = _face()
+    face.start()  # before any Ray call: a Ray call would start a default Ray
+    prioritized = face.why_not("sample_prioritized") is None
     capacity = max(writers) * batches * rows
-    write, sample, in_process, served_update, ready = _tasks()
-    ray.get([ready.remote() for _ in range(max(writers))], timeout=600)  # warm the workers
+    tasks, get = face.tasks(), face.gather
+    write, sample, in_process, served_update = (tasks[k] for k in ("write", "sample", "in_process", "served_update"))
+    get([tasks["ready"].remote() for _ in range(max(writers))])  # warm the workers
     out: dict = {"extend": {}, "sample": {}, "rows": rows, "batches": batches, "samples": samples,
                  "width": width, "capacity": capacity, "prioritized": prioritized, "repeats": repeats}
-    sizes = dict(capacity=capacity, prioritized=prioritized, batches=batches, samples=samples,
-                 rows=rows, width=width)
+    spec = spec_for(capacity, width, prioritized)
+    sizes = dict(spec=spec, batches=batches, samples=samples, rows=rows, width=width)
 
     def local_extend(k: int) -> float:
-        return ray.get(in_process.remote("extend", k, **sizes), timeout=600)
+        return get(in_process.remote("extend", k, **sizes))
 
     def local_sample(k: int) -> float:
-        return ray.get(in_process.remote("sample", k, **sizes), timeout=600)
+        return get(in_process.remote("sample", k, **sizes))
 
-    served = _served_buffer(capacity, prioritized)
+    served = face(spec)
     try:
         for k in writers:
             local, remote = [], []
             for _ in range(repeats):
                 local.append(local_extend(k))
                 served.empty()
-                secs = ray.get([write.remote(c, w, batches, rows, width)
-                                for w, c in enumerate(served.clients(k))], timeout=600)
+                secs = get([write.remote(c, w, batches, rows, width) for w, c in enumerate(served.clients(k))])
                 want = k * ((batches - 1) * rows + 1)
                 if served.write_count != want:
                     raise AssertionError(f"write_count={served.write_count}, but should be {want}")
@@ -188,14 +102,12 @@ def measure(writers: list[int], rows: int, batches: int, samples: int, width: in
             local, remote = [], []
             for _ in range(repeats):
                 local.append(local_sample(k))
-                secs = ray.get([sample.remote(c, samples, rows, totals) for c in served.clients(k)],
-                               timeout=600)
+                secs = get([sample.remote(c, samples, rows, totals) for c in served.clients(k)])
                 remote.append(k * samples * rows / max(secs))
             out["sample"][k] = {"served_rows_per_s": _median(remote), "in_process_rows_per_s": _median(local),
                                 "ratio": _median(remote) / _median(local)}
-        local_s = [ray.get(in_process.remote("update", 1, **sizes), timeout=600) for _ in range(repeats)]
-        served_s = [ray.get(served_update.remote(served.client(), rows, samples), timeout=600)
-                    for _ in range(repeats)]
+        local_s = [get(in_process.remote("update", 1, **sizes)) for _ in range(repeats)]
+        served_s = [get(served_update.remote(served.client(), rows, samples)) for _ in range(repeats)]
         out["update"] = {"in_process_ms": _median(local_s) * 1e3, "served_ms": _median(served_s) * 1e3,
                          "ratio": _median(local_s) / _median(served_s)}
     finally:
@@ -242,18 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         values = getattr(args, name)
         if any(v < 1 for v in (values if isinstance(values, list) else [values])):
             parser.error(f"--{name}={values}, but should be >= 1")
+    face = _face()
     if args.address:
-        import ray
-
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(address=args.address)
-    from rbcheck.harness.adapters.torchrl_ray import shutdown
-
+        face.start(args.address)
     try:
         result = measure(args.writers, args.rows, args.batches, args.samples, args.width,
                          repeats=1 if args.smoke else 3)  # a smoke run checks that it runs: once is enough
     finally:
-        shutdown()
+        face.shutdown()
     text = render(result)
     print(text)
     out = Path(args.out)

@@ -25,8 +25,9 @@ repetitions of:
 * ``update_priority`` of ``batch`` random slots (the same slots every call);
 * ``extend`` of ``batch`` rows (with their priorities) into the full buffer;
 * the same three for TorchRL's ``PrioritizedSampler`` (a
-  ``TensorDictReplayBuffer`` over a ``LazyTensorStorage``, filled with the
-  same rows and priorities) when TorchRL is installed and its C++ extension
+  ``TensorDictReplayBuffer`` over a ``LazyTensorStorage``, as the ``torchrl``
+  adapter's raw face builds and drives it, harness/adapters/torchrl_raw.py;
+  filled with the same rows and priorities) when TorchRL is installed and its C++ extension
   loads (else the reason is printed; ``--build-torchrl``, or ``python
   tools/torchrl_build.py`` as ``nox -s bench`` runs it, rebuilds a
   shipped extension that does not load against this torch). Each gets priorities in the dtype its
@@ -74,28 +75,29 @@ def fill(buffer, capacity: int, device: str, chunk: int = 1 << 16) -> None:
         buffer.extend(rows(min(chunk, capacity - start), g).to(device))
 
 
-def build_torchrl(capacity: int, rebuild: bool = False):
-    """TorchRL's prioritized buffer, or the reason it cannot run here; ``rebuild``:
+def build_torchrl(capacity: int, batch: int, rebuild: bool = False):
+    """TorchRL's prioritized buffer as the ``torchrl`` adapter's raw face builds it
+    (harness/adapters/torchrl_raw.py), or the reason it cannot run here; ``rebuild``:
     first rebuild its C++ extension where the shipped one does not load."""
-    try:
-        if rebuild:
-            from tools.torchrl_build import default_cache, ensure
+    from bench.faces import Peer, spec_for
 
-            print(f"TorchRL's extension: {ensure(default_cache())[1]}")
-        from rbcheck.harness.adapters.torchrl import probe_prioritized
+    if rebuild:
+        from tools.torchrl_build import default_cache, ensure
 
-        why = probe_prioritized()
-        if why is not None:
-            return None, (f"{why} (--build-torchrl or `python tools/torchrl_build.py` "
-                          f"rebuilds the extension against this torch)")
-        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-        from torchrl.data.replay_buffers.samplers import PrioritizedSampler
-    except ImportError as err:
-        return None, f"torchrl does not import: {err}"
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity),
-                                sampler=PrioritizedSampler(capacity, alpha=0.6, beta=0.4),
-                                priority_key="priority", generator=torch.Generator().manual_seed(0))
-    return rb, None
+        print(f"TorchRL's extension: {ensure(default_cache())[1]}")
+    peer = Peer.of_builtin("torchrl", "torchrl")
+    if peer.raw is None:
+        return None, f"torchrl {peer.why}"
+    why = peer.raw.why_not("sample_prioritized")
+    if why is not None:
+        return None, (f"{why.split(' (')[0]} (--build-torchrl or `python tools/torchrl_build.py` "
+                      f"rebuilds the extension against this torch)")
+    return peer.raw(spec_for(capacity, 8, True, batch)), None
+
+
+def numpy_rows(data: TensorDict) -> tuple[dict, object]:
+    """``rows(...)`` as a raw face takes them: NumPy columns and raw priorities."""
+    return ({k: data[k].numpy() for k in ("obs", "action", "reward")}, data["priority"].double().numpy())
 
 
 def timer(fn, device: str, torch_path: bool = False):
@@ -158,10 +160,12 @@ def main(argv=None) -> dict:
     buffers = {k: build(k, cap, "cpu" if k == "reference" else device) for k in kinds}
     for buffer in buffers.values():
         fill(buffer, cap, "cpu" if buffer is buffers["reference"] else device)
-    trl, why = (None, "--no-torchrl") if args.no_torchrl else build_torchrl(cap, args.build_torchrl)
+    trl, why = (None, "--no-torchrl") if args.no_torchrl else build_torchrl(cap, batch, args.build_torchrl)
     print(f"TorchRL's PrioritizedSampler: {'timed' if trl is not None else 'left out: ' + why}")
-    if trl is not None:
-        fill(trl, cap, "cpu")
+    if trl is not None:  # the same rows and priorities as fill()
+        g1 = torch.Generator().manual_seed(1)
+        for start in range(0, cap, 1 << 16):
+            trl.add(trl.prepare(*numpy_rows(rows(min(1 << 16, cap - start), g1))))
     want = buffers["reference"].sample(batch)[1]["index"]  # each buffer's first draw, same seed
     for k in kinds[1:]:  # correctness before speed: same seed, same indices
         got = buffers[k].sample(batch)[1]["index"].cpu()
@@ -198,10 +202,10 @@ def main(argv=None) -> dict:
                 data = new_rows.to(dev)
                 cases[f"{name} extend"] = timer(lambda b=b, data=data: b.extend(data), dev)
     if trl is not None:
-        p32, data = prio.to(torch.float32), new_rows.clone()
+        update, data = trl.prepare_update(slots.numpy(), prio.numpy()), trl.prepare(*numpy_rows(new_rows))
         cases["torchrl sample"] = timer(lambda: trl.sample(batch), "cpu")
-        cases["torchrl update_priority"] = timer(lambda: trl.update_priority(slots, p32), "cpu")
-        cases["torchrl extend"] = timer(lambda: trl.extend(data), "cpu")
+        cases["torchrl update_priority"] = timer(lambda: trl.update_priorities(*update), "cpu")
+        cases["torchrl extend"] = timer(lambda: trl.add(data), "cpu")
     names = ["device"] + (["device-torch"] if cpu else ["triton"])
     results = {}
     for threads in [int(t) for t in args.threads.split(",")]:

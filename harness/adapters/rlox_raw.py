@@ -6,7 +6,8 @@ flags False), driven as its users do:
 * uniform ``ReplayBuffer(capacity, w, 2)``: one row is ``push(obs, action, reward, terminated,
   truncated, next_obs=...)``, more are ``push_batch`` of flat arrays (its vectorised write);
   ``sample(batch, seed)`` with a step counter as the seed (rlox's docs: "use step counter for
-  reproducibility"). It returns no indices: the rows carry their row number.
+  reproducibility"). It returns no indices: the rows carry their row number. ``prepare_row``/
+  ``add_row``: one ``push`` of one transition with its own ``next_obs`` and ``terminated``.
 * ``PrioritizedReplayBuffer(capacity, w, 2, alpha, beta)``: ``push(..., priority=p)`` per row (it
   has no batch push), ``sample(batch, seed)`` (``indices``, ``weights`` over the tree's minimum),
   ``update_priorities(uint64 indices, float64 priorities)``; no eps (``PER_CONVENTIONS``).
@@ -61,6 +62,23 @@ class RloxRaw(RawCalls):
         else:
             obs, action, reward, flags = prepared
             rb.push_batch(obs, obs, action, reward, flags, flags)
+
+    def prepare_row(self, row):
+        """One transition as the uniform buffer's ``push`` takes it: ``obs``, ``action``, ``reward``,
+        ``terminated`` (the row's ``done``, else False), ``truncated`` False and ``next_obs`` (the
+        row's, else ``obs``), for ``add_row``."""
+        if self.prioritized:
+            raise ValueError("spec.sampler='prioritized', but should be 'random' (prepare_row: the uniform push)")
+        obs = np.ascontiguousarray(row["obs"], np.float32)
+        next_obs = np.ascontiguousarray(row.get("next_obs", obs), np.float32)
+        return (obs, np.ascontiguousarray(row["action"], np.float32), float(row["reward"]),
+                bool(row.get("done", False)), False, next_obs)
+
+    def add_row(self, prepared):
+        """rlox's per-step write (timed): one ``push(obs, action, reward, terminated, truncated,
+        next_obs=...)``."""
+        obs, action, reward, terminated, truncated, next_obs = prepared
+        self.buffer.push(obs, action, reward, terminated, truncated, next_obs=next_obs)
 
     def sample(self, batch):
         self.step += 1

@@ -1,7 +1,8 @@
 """The raw face of the ``sb3`` adapter (``Adapter.raw``, harness/raw_calls.py):
 stable-baselines3's ``ReplayBuffer`` (uniform only; NumPy arrays; ``n_envs=1``, Box spaces of the
 rows' ``obs`` and ``action``), driven as its users do: ``extend`` (``BaseBuffer.extend``: one
-``add`` per row, with ``next_obs``, ``done`` and ``infos``), ``sample``, and its
+``add`` per row, with ``next_obs``, ``done`` and ``infos``), its per-step ``add`` of one
+transition (``prepare_row``/``add_row``), ``sample``, and its
 ``save_replay_buffer`` (``save_to_pkl``) / ``load_from_pkl``. ``fill`` writes its arrays at once
 (the contents are checked afterwards)."""
 
@@ -46,6 +47,18 @@ class SB3Raw(RawCalls):
 
     def add(self, prepared):
         self.buffer.extend(*prepared)  # BaseBuffer.extend: one add per row
+
+    def prepare_row(self, row):
+        """One transition as ``add`` takes it (``n_envs=1``): ``obs``, ``action``, ``reward``, and
+        ``next_obs`` and ``done`` where the row has them (else ``obs`` and 0), for ``add_row``."""
+        obs = np.asarray(row["obs"], np.float32)[None]
+        next_obs = np.asarray(row.get("next_obs", row["obs"]), np.float32)[None]
+        return (obs, next_obs, np.asarray(row["action"], np.float32)[None], np.array([row["reward"]]),
+                np.array([row.get("done", 0.0)]), [{}])
+
+    def add_row(self, prepared):
+        """stable-baselines3's per-step write (timed): one ``ReplayBuffer.add`` of one transition."""
+        self.buffer.add(*prepared)
 
     def sample(self, batch):
         out = self.buffer.sample(batch)

@@ -478,6 +478,7 @@ def torchrl_ray_adapter() -> Adapter:
             f"the 'torchrl' and 'ray' dependency groups (nox -s ray)"
         ) from err
     from rbcheck.harness.adapters.torchrl import CONVENTIONS, probe_prioritized
+    from rbcheck.harness.raw_calls import RawFace
 
     unavailable = {}
     why = probe_prioritized()
@@ -492,6 +493,8 @@ def torchrl_ray_adapter() -> Adapter:
         unavailable=unavailable,
         # the served buffer is TorchRL's own sampler in the actor: its rules
         conventions=CONVENTIONS,
+        # bench/ray_bench.py's calls, Ray's tasks included (harness/adapters/torchrl_ray_raw.py)
+        raw=RawFace("rbcheck.harness.adapters.torchrl_ray_raw:TorchRLRayRaw"),
     )
 
 

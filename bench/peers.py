@@ -456,14 +456,17 @@ def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dic
     """Median seconds, wall and CPU (``process_time``: every thread of the process; on a shared
     machine the wall time is mostly waiting), of rbcheck's ``save``/``load`` of a full uniform
     buffer and of their parts, side by side with what they replaced and what bounds them: the
-    integrity hash (sha256, what it uses, against blake2b, sha512 and zlib's crc32, a
-    checksum, not a hash), writing the tensor file with and without its fsync, reading it
+    digest (XXH3-128, what it uses since schema 3, reference/checkpoint_format.py, against
+    sha256, what it used before, blake2b, sha512 and zlib's crc32, a checksum, not a hash),
+    writing the tensor file with and without its fsync, reading it
     into new memory, the load's ``load_state_dict`` (adopting the read columns and moving
     them into the rows), the reference's path (what the variant used before it streamed:
     ``state_dict``'s clone, safetensors' bytes, the staged clone), and TorchRL's
     ``dumps``/``loads`` of the same rows when TorchRL imports."""
     import hashlib
     import zlib
+
+    import xxhash
 
     from rbcheck.reference import checkpoint as ref_checkpoint
     from rbcheck.variants import checkpoint_stream
@@ -489,6 +492,7 @@ def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dic
         load = face.loader(tmp / "ckpt")
         parts["load"] = med(load)
         target = load().buffer
+        parts["digest xxh3_128 (what it uses)"] = med(lambda: xxhash.xxh3_128(blob).digest())
         for name in ("sha256", "blake2b", "sha512"):
             parts[f"hash {name}"] = med(lambda name=name: hashlib.new(name, blob).digest())
         parts["crc32 (zlib)"] = med(lambda: zlib.crc32(blob))
@@ -515,7 +519,7 @@ def checkpoint_costs(capacity: int, width: int, reps: int = 3, log=print) -> dic
             return out
 
         parts["read into new memory (no hash)"] = med(read_fresh)
-        parts["read into new memory + sha256 (worker thread)"] = med(lambda: checkpoint_stream.read(tmp / "ckpt"))
+        parts["read into new memory + XXH3-128 (worker thread)"] = med(lambda: checkpoint_stream.read(tmp / "ckpt"))
         parts["load_state_dict (adopt, then into the rows)"] = med(
             target.load_state_dict, before=lambda: checkpoint_stream.read(tmp / "ckpt"))
         parts["save by the reference's path (before)"] = med(lambda: ref_checkpoint.save_checkpoint(buf, tmp / "ref"))
@@ -629,8 +633,8 @@ def render(report: dict) -> str:
                              if rs else "—")
             lines.append(f"| {label(op)} | " + " | ".join(cells) + " |")
     if {"save", "load"} & set(ops):
-        lines += ["", "`save`/`load` are not like for like: rbcheck's keep a sha256 of the tensor file "
-                  "checked before anything changes, refuse damaged or short files, fsync every file "
+        lines += ["", "`save`/`load` are not like for like: rbcheck's keep a digest (XXH3-128) of both "
+                  "files checked before anything changes, refuse damaged or short files, fsync every file "
                   "and commit by an atomic rename; TorchRL's, tianshou's and stable-baselines3's (and "
                   "RLlib's state pickled to a file, where it is timed) keep none of these (docs/findings.md, \"Checkpoint guarantees side by side\")."]
     costs = report.get("checkpoint_costs")

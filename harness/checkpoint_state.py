@@ -17,7 +17,7 @@ from rbcheck.harness.assertions import fail
 from rbcheck.harness.oracle import reads_back
 from rbcheck.harness.protocol import BufferSpec
 
-__all__ = ["rows", "spec_for", "source", "target", "DRAWS", "snapshot", "untouched", "difference",
+__all__ = ["rows", "spec_for", "source", "target", "made", "DRAWS", "snapshot", "untouched", "difference",
            "first_difference"]
 
 
@@ -32,23 +32,42 @@ def spec_for(impl) -> BufferSpec:
     return BufferSpec(capacity=8, sampler=sampler, alpha=0.7, beta=0.5, eps=1e-3, seed=11)
 
 
-def source(impl, spec: BufferSpec, extra: int = 0):
-    """The buffer whose checkpoint is damaged (``extra`` rows more: state B)."""
-    buf = impl.make(spec)
-    buf.extend(rows(6))
+def source(impl, spec: BufferSpec, extra: int = 0, trace=None, var: str | None = None):
+    """The buffer whose checkpoint is damaged (``extra`` rows more: state B).
+    With a ``trace``, a recording buffer (:func:`made`)."""
+    buf = made(impl, spec, trace, var)
+    buf.extend(_rows(trace, 6))
     if spec.sampler == "prioritized":
         buf.update_priority(torch.tensor([1, 4]), impl.conventions.priorities([5.0, 0.5]))
     buf.sample(3)
     if extra:
-        buf.extend(rows(extra, 50))
+        buf.extend(_rows(trace, extra, 50))
     return buf
 
 
-def target(impl, spec: BufferSpec):
-    """A buffer holding other rows, loaded into."""
-    buf = impl.make(spec.but(seed=spec.seed + 1))
-    buf.extend(rows(3, 100))
+def target(impl, spec: BufferSpec, trace=None, var: str | None = "target"):
+    """A buffer holding other rows, loaded into (recording, with a ``trace``)."""
+    buf = made(impl, spec.but(seed=spec.seed + 1), trace, var)
+    buf.extend(_rows(trace, 3, 100))
     return buf
+
+
+def made(impl, spec: BufferSpec, trace=None, var: str | None = None):
+    """``impl.make(spec)``; with a ``trace``, recording its calls: as the
+    snippet's own ``buf`` when ``var`` is None (``spec`` is then the trace's),
+    else as ``var = load_adapter(...).make(spec)``."""
+    if trace is None:
+        return impl.make(spec)
+    return trace.wrap(impl.make(spec)) if var is None else trace.make(spec, var)
+
+
+def _rows(trace, n: int, start: int = 0) -> TensorDict:
+    """:func:`rows`, named ``rows(n, start)`` in the trace's snippet."""
+    data = rows(n, start)
+    if trace is not None:
+        trace.need("from rbcheck.harness.checkpoint_state import rows")
+        trace.name(data, f"rows({n})" if start == 0 else f"rows({n}, {start})")
+    return data
 
 
 #: Draws of the snapshot's sample: at capacity 8, every held slot is drawn

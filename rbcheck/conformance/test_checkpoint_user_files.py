@@ -106,23 +106,20 @@ def test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical
     written = {p.name for p in probe.iterdir()}
     clash = written & {name.split("/")[0] for name in (*USER_FILES, *USER_DIRS, *USER_LINKS)}
     if clash:
-        raise AssertionError(f"the user's names={sorted(clash)}, but should differ from what a save "
-                             "into an empty directory writes (harness bug: pick other names)")
-    path = tmp_path / "runs" / "exp1"
+        fail("the user's names", sorted(clash), "names that differ from what a save into an empty directory "
+             "writes (harness bug: pick other names)", trace)
+    trace.need("from rbcheck.conformance.test_checkpoint_user_files import changed, user_entries, "
+               "users_run_directory")
+    trace.directory(tmp_path)
+    path = trace.let("path", tmp_path / "runs" / "exp1", "tmp / 'runs' / 'exp1'")
     user = users_run_directory(path)
-    for line in ("import tempfile", "from pathlib import Path",
-                 "from rbcheck.harness.checkpoint_state import source, target",
-                 "from rbcheck.conformance.test_checkpoint_user_files import changed, user_entries, "
-                 "users_run_directory"):
-        trace.need(line)
-    trace.let("path", None, 'Path(tempfile.mkdtemp()) / "runs" / "exp1"')
     trace.op("user = users_run_directory(path)  # notes.txt, ckpt-1000/model.pt, ckpt-best/, ...")
     for count, extra in enumerate((0, 3), start=1):
-        buf = source(impl, spec, extra=extra)
+        trace.note(f"save {count}")
+        buf = source(impl, spec, extra=extra, trace=trace, var=None if count == 1 else "buf")
         # the snapshot samples (it moves the generator): take it of an untouched twin
         saved = snapshot(source(impl, spec, extra=extra), spec, impl)
         before = {p.name for p in path.iterdir()}
-        trace.op(f"source(load_adapter({trace.adapter!r}), {spec!r}, extra={extra}).save(path)  # save {count}")
         try:
             buf.save(path)
         except Exception as err:  # noqa: BLE001 - a refusal is allowed if it wrote nothing
@@ -137,8 +134,7 @@ def test_saving_into_a_directory_with_the_users_files_leaves_them_byte_identical
         problem = changed(user_entries(path), user)
         if problem:
             fail(f"the user's files after save {count}", f"<{problem}>", "all there, byte-identical", trace)
-        loaded = target(impl, spec)
-        trace.op(f"target(load_adapter({trace.adapter!r}), {spec!r}).load(path)")
+        loaded = target(impl, spec, trace, "loaded")
         try:
             loaded.load(path)
         except Exception as err:  # noqa: BLE001
@@ -182,22 +178,18 @@ def test_saving_never_deletes_the_directory_a_pointer_names(impl, tmp_path):
     or saves and the directory then loads exactly as saved."""
     spec = spec_for(impl)
     trace = Trace(impl, spec)
-    probe, path = tmp_path / "probe", tmp_path / "runs" / "exp1"
-    source(impl, spec).save(probe)
+    trace.need("from rbcheck.conformance.test_checkpoint_user_files import users_copy_of_a_checkpoint")
+    trace.directory(tmp_path)
+    probe = trace.let("probe", tmp_path / "probe", "tmp / 'probe'")
+    path = trace.let("path", tmp_path / "runs" / "exp1", "tmp / 'runs' / 'exp1'")
+    source(impl, spec, trace=trace).save(probe)
     users_copy_of_a_checkpoint(probe, path / "ckpt-best")
+    trace.op("users_copy_of_a_checkpoint(probe, path / 'ckpt-best')")
     (path / "CURRENT").write_text("ckpt-best\n")
-    before, best = everything(path), everything(path / "ckpt-best")
-    for line in ("import tempfile", "from pathlib import Path",
-                 "from rbcheck.harness.checkpoint_state import source",
-                 "from rbcheck.conformance.test_checkpoint_user_files import users_copy_of_a_checkpoint"):
-        trace.need(line)
-    trace.let("path", None, 'Path(tempfile.mkdtemp()) / "runs" / "exp1"')
-    trace.op(f"source(load_adapter({trace.adapter!r}), {spec!r}).save(path.parent / 'probe')")
-    trace.op("users_copy_of_a_checkpoint(path.parent / 'probe', path / 'ckpt-best')")
     trace.op("(path / 'CURRENT').write_text('ckpt-best\\n')  # the user's pointer to it")
-    buf = source(impl, spec, extra=3)
+    before, best = everything(path), everything(path / "ckpt-best")
+    buf = source(impl, spec, extra=3, trace=trace, var="buf")
     saved = snapshot(source(impl, spec, extra=3), spec, impl)
-    trace.op(f"source(load_adapter({trace.adapter!r}), {spec!r}, extra=3).save(path)")
     try:
         buf.save(path)
     except Exception as err:  # noqa: BLE001 - a refusal is allowed if it wrote nothing
@@ -211,7 +203,7 @@ def test_saving_never_deletes_the_directory_a_pointer_names(impl, tmp_path):
     if problem:
         fail("ckpt-best/, which CURRENT named, after the save", f"<{problem}>",
              "byte-identical (the save did not create it: it is the user's)", trace)
-    loaded = target(impl, spec)
+    loaded = target(impl, spec, trace, "loaded")
     try:
         loaded.load(path)
     except Exception as err:  # noqa: BLE001

@@ -37,10 +37,10 @@ def goal_rows(stream: Stream) -> TensorDict:
     return rows
 
 
-def write(buf, rows: TensorDict, start: int, stop: int, trace: Trace) -> None:
-    """Write rows ``start .. stop-1``, one ``extend`` of one row per env step."""
-    if stop > start:
-        trace.op(f"for s in range({start}, {stop}): buf.extend(rows[s:s + 1])")
+def write(buf, rows: TensorDict, start: int, stop: int) -> None:
+    """Write rows ``start .. stop-1``, one ``extend`` of one row per env step
+    (a recorded buffer writes each call in the repro: ``buf.extend(rows[3:4])``
+    when the trace names ``rows``)."""
     for s in range(start, stop):
         buf.extend(rows[s:s + 1])
 

@@ -18,6 +18,7 @@ carried on there.
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -55,7 +56,6 @@ def sample_and_check(buf, oracle: HindsightOracle, spec: BufferSpec, impl, trace
     rule, ratio = hindsight(impl.conventions, "her_count"), spec.her[1]
     relabelled = finished = 0
     for b, size in enumerate(batches):
-        trace.op(f"rows, info = buf.sample({size})")
         rows, _ = buf.sample(size)
         what = f"batch {b} of {size} {where}"
         got, done = oracle.check(rows, trace, what)
@@ -85,8 +85,8 @@ def test_relabelled_goals_come_from_the_strategys_steps_of_the_same_episode(impl
     recomputed for that goal."""
     spec, rows = her_setup(impl, data, finish=False)
     trace = her_trace(impl, spec, rows)
-    buf = impl.make(spec)
-    write(buf, rows, 0, len(rows), trace)
+    buf = trace.wrap(impl.make(spec))
+    write(buf, rows, 0, len(rows))
     oracle = her_oracle(impl, spec, rows)
     if not can_sample(impl, oracle):
         return
@@ -104,8 +104,8 @@ def test_relabelled_share_follows_the_declared_ratio(impl, data):
     its E episodes under ``"floor_episodes"``."""
     spec, rows = her_setup(impl, data, finish=True)
     trace = her_trace(impl, spec, rows)
-    buf = impl.make(spec)
-    write(buf, rows, 0, len(rows), trace)
+    buf = trace.wrap(impl.make(spec))
+    write(buf, rows, 0, len(rows))
     oracle = her_oracle(impl, spec, rows)
     if not can_sample(impl, oracle):
         return
@@ -129,16 +129,14 @@ def test_episode_bookkeeping_survives_save_and_load(impl, data):
     spec, rows = her_setup(impl, data, finish=True)
     cut = data.draw(st.integers(1, len(rows)), label="rows written before the save")
     trace = her_trace(impl, spec, rows)
-    buf = impl.make(spec)
-    write(buf, rows, 0, cut, trace)
+    buf = trace.wrap(impl.make(spec))
+    write(buf, rows, 0, cut)
     with tempfile.TemporaryDirectory() as tmp:
-        trace.op(f"buf.save({tmp!r})")
+        tmp = trace.directory(Path(tmp))
         buf.save(tmp)
-        trace.op(f"buf = load_adapter({trace.adapter!r}).make({spec.but(seed=spec.seed + 1)!r})")
-        fresh = impl.make(spec.but(seed=spec.seed + 1))
-        trace.op(f"buf.load({tmp!r})")
+        fresh = trace.make(spec.but(seed=spec.seed + 1), "fresh")
         fresh.load(tmp)
-    write(fresh, rows, cut, len(rows), trace)
+    write(fresh, rows, cut, len(rows))
     oracle = her_oracle(impl, spec, rows)
     if not can_sample(impl, oracle):
         return
@@ -174,7 +172,7 @@ def her_trace(impl, spec: BufferSpec, rows) -> Trace:
     trace.need("from rbcheck.harness.transition_streams import Stream")
     ends = tuple((1 if t else (2 if u else 0),) for t, u in zip(rows["terminated"].tolist(),
                                                                 rows["truncated"].tolist(), strict=True))
-    trace.let("rows", None, f"goal_rows(Stream(1, {ends!r}))")
+    trace.let("rows", rows, f"goal_rows(Stream(1, {ends!r}))")
     return trace
 
 

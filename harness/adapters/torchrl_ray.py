@@ -60,6 +60,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbcheck.harness.protocol import Adapter, BufferSpec
+from rbcheck.harness.raw_calls import RawFace
 
 CAPABILITIES = frozenset({"random", "prioritized", "save_load", "concurrent"})
 BOOKKEEPING_KEY = "index"
@@ -478,12 +479,9 @@ def torchrl_ray_adapter() -> Adapter:
             f"the 'torchrl' and 'ray' dependency groups (nox -s ray)"
         ) from err
     from rbcheck.harness.adapters.torchrl import CONVENTIONS, probe_prioritized
-    from rbcheck.harness.raw_calls import RawFace
 
-    unavailable = {}
     why = probe_prioritized()
-    if why:
-        unavailable["prioritized"] = why
+    unavailable = {"prioritized": why} if why else {}
     version = f"{torchrl.__version__} (ray {ray.__version__}, torch {torch.__version__})"
     return Adapter(
         name="torchrl-ray",
@@ -493,8 +491,7 @@ def torchrl_ray_adapter() -> Adapter:
         unavailable=unavailable,
         # the served buffer is TorchRL's own sampler in the actor: its rules
         conventions=CONVENTIONS,
-        # bench/ray_bench.py's calls, Ray's tasks included (harness/adapters/torchrl_ray_raw.py)
-        raw=RawFace("rbcheck.harness.adapters.torchrl_ray_raw:TorchRLRayRaw"),
+        raw=RawFace("rbcheck.harness.adapters.torchrl_ray_raw:TorchRLRayRaw"),  # bench/ray_bench.py's calls
     )
 
 

@@ -15,6 +15,7 @@ they need a seedable buffer (``exact_replay``).
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -77,15 +78,12 @@ def test_iteration_gives_the_batches_of_repeated_sample(impl, data):
     batch = data.draw(st.integers(1, held + 2), label="batch size")
     spec = sampler_spec(impl, data, capacity, batch_size=batch)
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    it, twin = impl.make(spec), impl.make(spec)
-    trace.op(f"twin = load_adapter({trace.adapter!r}).make({spec!r})")
-    trace.op(f"buf.extend(layout.batch(0, {rows})); twin.extend(layout.batch(0, {rows}))")
-    it.extend(LAYOUT.batch(0, rows))
-    twin.extend(LAYOUT.batch(0, rows))
+    layout = trace.source("layout", LAYOUT)
+    it, twin = trace.wrap(impl.make(spec)), trace.make(spec, "twin")
+    it.extend(layout.batch(0, rows))
+    twin.extend(layout.batch(0, rows))
     position = held  # rows of the epoch in progress drawn (held: none in progress)
     for _ in range(data.draw(st.integers(0, 3), label="samples before iterating")):
-        trace.op(f"buf.sample({batch}); twin.sample({batch})")
         first, second = outcome(lambda: it.sample(batch)), outcome(lambda: twin.sample(batch))
         assert_same_batch("a sample before iterating", first, second, trace, held)
         if not isinstance(first, str):
@@ -94,7 +92,6 @@ def test_iteration_gives_the_batches_of_repeated_sample(impl, data):
     if spec.sampler == "without_replacement":
         left = held - position if position < held and not (spec.drop_last and held - position < batch) else held
         want_count = left // batch if spec.drop_last else -(-left // batch)
-        trace.op("batches = list(buf.iterate())")
         got = []
         try:
             got.extend(it.iterate())
@@ -104,17 +101,13 @@ def test_iteration_gives_the_batches_of_repeated_sample(impl, data):
                     f"drop_last={spec.drop_last})", len(got), want_count, trace)
     else:
         want_count = data.draw(st.integers(1, 4), label="batches taken")
-        trace.op(f"batches = list(itertools.islice(buf.iterate(), {want_count}))")
-        trace.need("import itertools")
         iterator = it.iterate()
         got = [outcome(lambda: next(iterator)) for _ in range(want_count)]
     for k, batch_got in enumerate(got):
-        trace.op(f"twin.sample({batch})")
         assert_same_batch(f"batch {k} of the iteration (twin: sample() number {k})", batch_got,
                           outcome(lambda: twin.sample(batch)), trace, held)
         if isinstance(batch_got, str):
             break
-    trace.op(f"buf.sample({batch}); twin.sample({batch})")
     assert_same_batch("the sample after the iteration", outcome(lambda: it.sample(batch)),
                       outcome(lambda: twin.sample(batch)), trace, held)
 
@@ -136,9 +129,8 @@ def test_prefetch_gives_the_stream_without_prefetch(impl, data):
     if sampler_rule(impl.conventions, "prefetch_batches") == "constructor_size":  # declared: one size, built in
         other, spec = usual, spec.but(batch_size=usual)
     trace = Trace(impl, spec.but(prefetch=depth))
-    trace.let("layout", LAYOUT)
-    trace.op(f"twin = load_adapter({trace.adapter!r}).make({spec!r})")
-    buf, twin = impl.make(spec.but(prefetch=depth)), impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf, twin = trace.wrap(impl.make(spec.but(prefetch=depth))), trace.make(spec, "twin")
     written = [0]
     saving = impl.has("save_load")
 
@@ -147,34 +139,29 @@ def test_prefetch_gives_the_stream_without_prefetch(impl, data):
             kind = data.draw(st.sampled_from(["write", "sample", "sample", "update"]), label=f"call {phase} {step}")
             if kind == "write" or written[0] == 0:
                 n = data.draw(st.integers(1, capacity + 1), label="rows written")
-                trace.op(f"buf.extend(layout.batch({written[0]}, {n})); twin.extend(layout.batch({written[0]}, {n}))")
-                buf.extend(LAYOUT.batch(written[0], n))
-                twin.extend(LAYOUT.batch(written[0], n))
+                buf.extend(layout.batch(written[0], n))
+                twin.extend(layout.batch(written[0], n))
                 written[0] += n
             elif kind == "update" and spec.sampler == "prioritized":
                 slot = data.draw(st.integers(0, len(twin) - 1), label="slot updated")
                 value = data.draw(st.sampled_from([0.5, 2.0, 8.0]), label="priority")
                 priority = impl.conventions.priorities([value])
-                args = f"torch.tensor([{slot}]), torch.tensor([{value}], dtype={priority.dtype})"
-                trace.op(f"buf.update_priority({args}); twin.update_priority({args})")
                 buf.update_priority(torch.tensor([slot]), priority)
                 twin.update_priority(torch.tensor([slot]), priority)
             else:
                 size = data.draw(st.sampled_from([usual, usual, usual, other]), label="batch size")
-                trace.op(f"buf.sample({size}); twin.sample({size})")
                 want = outcome(lambda: twin.sample(size))
                 assert_same_batch(f"sample {phase} (prefetch={depth}; twin: no prefetch)",
                                   outcome(lambda: buf.sample(size)), want, trace, len(buf))
 
     calls("before the save")
     with tempfile.TemporaryDirectory() as tmp:
+        tmp = trace.directory(Path(tmp)) if saving else Path(tmp)
         if saving:
-            trace.op(f"buf.save({tmp + '/a'!r}); twin.save({tmp + '/b'!r})")
-            buf.save(f"{tmp}/a")
-            twin.save(f"{tmp}/b")
+            buf.save(tmp / "a")
+            twin.save(tmp / "b")
         calls("after the save")
         if saving:
-            trace.op(f"buf.load({tmp + '/a'!r}); twin.load({tmp + '/b'!r})")
-            buf.load(f"{tmp}/a")
-            twin.load(f"{tmp}/b")
+            buf.load(tmp / "a")
+            twin.load(tmp / "b")
         calls("after the load")

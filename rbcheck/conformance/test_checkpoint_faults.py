@@ -68,11 +68,12 @@ MAX_OPS = 150  # a save with more operations is only tried at its first MAX_OPS
 
 def load_problem(impl, spec, ckpt: Path, outside: Path, saved: dict, may_load: bool, what: str,
                  refuse_because: str = "read through a symlink leaving the checkpoint",
-                 names: str | None = None) -> str | None:
+                 names: str | None = None, trace: Trace | None = None) -> str | None:
     """What went wrong loading the damaged ``ckpt`` into another buffer, or None.
     ``may_load=False``: a load that returns is wrong (``refuse_because`` says
-    why); ``names``: what a refusal's message must name (with "but should")."""
-    buf = target(impl, spec)
+    why); ``names``: what a refusal's message must name (with "but should");
+    ``trace``: records the buffer loaded into, as ``target``."""
+    buf = target(impl, spec, trace)
     before = untouched(lambda: target(impl, spec), spec, impl)
     outside_before = outside_state(outside)
     error = None
@@ -119,17 +120,20 @@ def test_damaged_checkpoint_is_refused_and_nothing_changes(impl, fault, tmp_path
         pytest.skip("no symlinks on this platform")
     damage = FAULTS[fault]
     trace = Trace(impl, spec)
-    buf = source(impl, spec)
+    trace.directory(tmp_path)
+    trace.need("from rbcheck.harness.checkpoint_damage import FAULTS")
+    buf = source(impl, spec, trace=trace)
     saved = untouched(lambda: source(impl, spec), spec, impl)
     buf.save(tmp_path / "probe")
     problems = []
     for count in range(count_items(tmp_path / "probe", damage.per)):
         ckpt, outside = tmp_path / f"ckpt{count}", tmp_path / f"outside{count}"
         outside.mkdir()
+        trace.op(f"({trace.render(outside)}).mkdir()")
         buf.save(ckpt)
         what, may_load = damage(ckpt, outside, count)
-        trace.op(f"buf.load({str(ckpt)!r})  # {fault}: {what}")
-        problem = load_problem(impl, spec, ckpt, outside, saved, may_load, f"{fault}: {what}")
+        trace.op(f"FAULTS[{fault!r}]({trace.render(ckpt)}, {trace.render(outside)}, {count})  # {what}")
+        problem = load_problem(impl, spec, ckpt, outside, saved, may_load, f"{fault}: {what}", trace=trace)
         if problem:
             problems.append(problem)
     fail_with(problems, trace)
@@ -147,21 +151,17 @@ def test_resealed_contradiction_is_refused_and_nothing_changes(impl, contradicti
     if case.needs and spec.sampler != case.needs:
         pytest.skip(f"not declared: {case.needs} (the contradiction is in its state)")
     trace = Trace(impl, spec)
-    ckpt, outside = tmp_path / "ckpt", tmp_path / "outside"
+    trace.directory(tmp_path)
+    ckpt = trace.let("path", tmp_path / "ckpt", "tmp / 'ckpt'")
+    outside = tmp_path / "outside"
     outside.mkdir()
-    source(impl, spec).save(ckpt)
+    source(impl, spec, trace=trace).save(ckpt)
     if not reseal(ckpt, case.edit):
         pytest.skip("unavailable: the checkpoint is not in rbcheck's format (no state to edit and re-seal)")
-    for line in ("import tempfile", "from pathlib import Path",
-                 "from rbcheck.harness.checkpoint_state import source",
-                 "from rbcheck.harness.checkpoint_damage import CONTRADICTIONS, reseal"):
-        trace.need(line)
-    trace.let("path", None, 'Path(tempfile.mkdtemp()) / "ckpt"')
-    trace.op(f"source(load_adapter({trace.adapter!r}), {spec!r}).save(path)")
+    trace.need("from rbcheck.harness.checkpoint_damage import CONTRADICTIONS, reseal")
     trace.op(f"reseal(path, CONTRADICTIONS[{contradiction!r}].edit)  # edited, checksums recomputed")
-    trace.op("buf.load(path)")
     problem = load_problem(impl, spec, ckpt, outside, {}, False, f"{contradiction}, re-sealed",
-                           refuse_because="loaded a state that contradicts itself", names=case.field)
+                           refuse_because="loaded a state that contradicts itself", names=case.field, trace=trace)
     fail_with([problem] if problem else [], trace, "refused with an error naming the field")
 
 
@@ -170,9 +170,11 @@ def test_missing_or_empty_directory_is_refused(impl, tmp_path):
     raises and leaves the buffer unchanged."""
     spec = spec_for(impl)
     trace = Trace(impl, spec)
+    trace.directory(tmp_path)
     (tmp_path / "empty").mkdir()
     (tmp_path / "outside").mkdir()
-    problems = [load_problem(impl, spec, path, tmp_path / "outside", {}, False, path.name)
+    trace.op("(tmp / 'empty').mkdir()")
+    problems = [load_problem(impl, spec, path, tmp_path / "outside", {}, False, path.name, trace=trace)
                 for path in (tmp_path / "missing", tmp_path / "empty")]
     fail_with([p for p in problems if p], trace)
 
@@ -199,7 +201,7 @@ def other_sampler(impl, spec):
     return spec.but(sampler="random"), rows(spec.capacity + 2, 100)
 
 
-def differs_in_every_slot(live, saved, what: str) -> None:
+def differs_in_every_slot(live, saved, what: str, trace: Trace) -> None:
     """Guard of the test data (a harness bug otherwise): in every slot both
     hold, every field both have differs between ``live`` and ``saved``."""
     shared = set(live.keys(include_nested=True, leaves_only=True)) & set(
@@ -211,10 +213,8 @@ def differs_in_every_slot(live, saved, what: str) -> None:
             continue
         same = (a == b).reshape(slots, -1).all(dim=1)
         if bool(same.any()):
-            raise AssertionError(
-                f"{what}: slots of {key!r} equal to the checkpoint's={torch.nonzero(same).flatten().tolist()}, "
-                "but should be none (harness bug: the test data could hide a load that overwrote "
-                "live rows)")
+            fail(f"{what}: slots of {key!r} equal to the checkpoint's", torch.nonzero(same).flatten().tolist(),
+                 "none (harness bug: the test data could hide a load that overwrote live rows)", trace)
 
 
 MISFITS = {"capacity_differs": other_capacity, "field_layout_differs": other_layout,
@@ -231,26 +231,30 @@ def test_checkpoint_that_does_not_fit_is_refused(impl, misfit, tmp_path):
     generator's state (another seed): a load that took either before
     refusing shows in the next sample (seedable adapters)."""
     spec = spec_for(impl)
-    trace = Trace(impl, spec)
-    saved = source(impl, spec)
-    saved.save(tmp_path / "ckpt")
     other, data = MISFITS[misfit](impl, spec)
+    trace = Trace(impl, other)
+    trace.directory(tmp_path)
+    n = data.batch_size[0]
+    if misfit == "field_layout_differs":
+        trace.need("from tensordict import TensorDict")
+        trace.let("data", data, f"TensorDict({{'obs': torch.full(({n}, 5), -1.0, dtype=torch.float64)}}, "
+                  f"batch_size=[{n}])")
+    else:
+        trace.need("from rbcheck.harness.checkpoint_state import rows")
+        trace.name(data, f"rows({n}, 100)")
 
     def build():
         made = impl.make(other)
         made.extend(data)
         return made
 
-    buf = build()
+    buf = trace.wrap(impl.make(other))  # the snippet's buf: made first there, so made first here
+    saved = source(impl, spec, trace=trace, var="saved")
+    saved.save(tmp_path / "ckpt")
+    trace.note(f"buf: {misfit}")
+    buf.extend(data)
     before = untouched(build, other, impl)
-    differs_in_every_slot(buf.contents(), saved.contents(), f"the {misfit} buffer")
-    trace.spec = other
-    trace.need("from rbcheck.harness.checkpoint_state import rows")
-    n = data.batch_size[0]
-    trace.op(f"buf.extend({f'rows({n}, 100)' if misfit != 'field_layout_differs' else 'data'})  # {misfit}")
-    trace.let("data", None, f"TensorDict({{'obs': torch.full(({n}, 5), -1.0, dtype=torch.float64)}}, batch_size=[{n}])")
-    trace.need("from tensordict import TensorDict")
-    trace.op(f"buf.load({str(tmp_path / 'ckpt')!r})  # written by a buffer of {spec!r}")
+    differs_in_every_slot(buf.contents(), saved.contents(), f"the {misfit} buffer", trace)
     try:
         buf.load(tmp_path / "ckpt")
     except Exception as err:  # noqa: BLE001
@@ -269,7 +273,9 @@ def test_interrupted_save_leaves_a_loadable_checkpoint(impl, how, tmp_path):
     leaves a directory that loads exactly as A or as B."""
     spec = spec_for(impl)
     trace = Trace(impl, spec)
-    buf_a, buf_b = source(impl, spec), source(impl, spec, extra=3)
+    trace.directory(tmp_path)
+    trace.need("from rbcheck.harness.checkpoint_damage import interrupted_save")
+    buf_a, buf_b = source(impl, spec, trace=trace), source(impl, spec, extra=3, trace=trace, var="buf_b")
     state_a = untouched(lambda: source(impl, spec), spec, impl)
     state_b = untouched(lambda: source(impl, spec, extra=3), spec, impl)
     elsewhere = getattr(buf_b, "saves_in_another_process", None)
@@ -280,14 +286,13 @@ def test_interrupted_save_leaves_a_loadable_checkpoint(impl, how, tmp_path):
     for at in range(1, MAX_OPS + 1):
         path = tmp_path / f"k{at}"
         buf_a.save(path)
-        outcome = interrupted_save(buf_b, path, at, kill=how == "killed")
+        outcome = interrupted_save(buf_b.inner, path, at, kill=how == "killed")  # its save is not recorded
         outcomes.append(outcome)
-        trace.op(f"# buf_a.save(path); buf_b.save(path)  # {how} at filesystem operation {at}: {outcome}")
+        trace.op(f"interrupted_save(buf_b, {trace.render(path)}, {at}, kill={how == 'killed'})  # {outcome}")
         if outcome.startswith("failed"):
             fail(f"save in a forked child, {how} at operation {at}", outcome,
                  "a save that runs until the injected fault", trace)
-        trace.op(f"buf.load({str(path)!r})")
-        loaded = target(impl, spec)
+        loaded = target(impl, spec, trace)
         try:
             loaded.load(path)
         except Exception as err:  # noqa: BLE001

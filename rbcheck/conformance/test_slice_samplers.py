@@ -99,15 +99,14 @@ def test_slice_epochs_draw_every_valid_start_once(impl, layout, data):
                       shuffle=data.draw(st.booleans(), label="shuffle"), batch_size=num_slices * slice_len)
     by_trajectory = sampler_rule(impl.conventions, "slice_epoch") == "trajectories"
     trace = Trace(impl, spec)
-    trace.let("episodes", layout)
-    buf = impl.make(spec)
-    rows_all, written, batch = layout.batch(), 0, num_slices * slice_len
+    episodes = trace.source("episodes", layout)
+    buf = trace.wrap(impl.make(spec))
+    rows_all, written, batch = episodes.batch(), 0, num_slices * slice_len
     units: set = set()  # what the epoch in progress has left to draw (starts, or trajectories)
     fresh = True  # no epoch in progress
     for step in range(data.draw(st.integers(1, 14), label="steps")):
         if written < layout.total and (written == 0 or data.draw(st.booleans(), label=f"write at step {step}")):
             n = data.draw(st.integers(1, layout.total - written), label=f"rows written at step {step}")
-            trace.op(f"buf.extend(episodes.batch()[{written}:{written + n}])")
             buf.extend(rows_all[written:written + n])
             written, fresh = written + n, True
             continue
@@ -116,7 +115,6 @@ def test_slice_epochs_draw_every_valid_start_once(impl, layout, data):
         if fresh or not units or (spec.drop_last and len(units) < num_slices):  # a new epoch begins
             units = set(starts.values()) if by_trajectory else set(starts)
             if not units or (spec.drop_last and len(units) < num_slices):
-                trace.op(f"buf.sample({batch})")
                 try:
                     buf.sample(batch)
                 except Exception:  # noqa: BLE001 - the refusal asked for
@@ -125,7 +123,6 @@ def test_slice_epochs_draw_every_valid_start_once(impl, layout, data):
                      f"(slice_len={slice_len}, drop_last={spec.drop_last})", "<a batch>", "an error", trace)
             fresh = False
         when = f"at step {step} ({len(units)} of the epoch left, {num_slices} slices a batch)"
-        trace.op(f"rows, info = buf.sample({batch})")
         rows, info = buf.sample(batch)
         assert_td_equal(f"sample rows {when}", rows, buf.contents()[torch.as_tensor(info["index"]).cpu()], trace,
                         check_device=False)
@@ -161,16 +158,13 @@ def test_prioritized_slice_starts_follow_the_start_priorities(impl):
         spec = BufferSpec(capacity=capacity, sampler="prioritized_slice", num_slices=num_slices, strict_length=strict,
                           alpha=0.7, beta=0.5, eps=1e-3, seed=capacity)
         trace = Trace(impl, spec)
-        trace.let("episodes", layout)
-        buf = impl.make(spec)
-        trace.op("buf.extend(episodes.batch())")
-        buf.extend(layout.batch())
+        episodes = trace.source("episodes", layout)
+        buf = trace.wrap(impl.make(spec))
+        buf.extend(episodes.batch())
         runs = held_runs(layout, layout.total, capacity)
         raw = {j: 1.0 for run in runs for j in run}  # the max priority seen before the updates: 1.0
         index = torch.tensor([j % capacity for j in updates])
         priority = impl.conventions.priorities(list(updates.values()))
-        trace.op(f"buf.update_priority(torch.tensor({index.tolist()}), torch.tensor({priority.tolist()}, "
-                 f"dtype={priority.dtype}))")
         buf.update_priority(index, priority)
         raw.update(zip(updates, priority.double().tolist()))
         eps = impl.conventions.effective_eps(spec.eps)
@@ -184,7 +178,6 @@ def test_prioritized_slice_starts_follow_the_start_priorities(impl):
         probs = torch.tensor([leaf[j] / total if j in starts else 0.0 for j in held], dtype=torch.float64)
         low = min(v for v in leaf.values() if v > 0)
         calls = 20000 // num_slices
-        trace.op(f"for _ in range({calls}): rows, info = buf.sample({num_slices * slice_len})")
         for _ in range(calls):
             rows, info = buf.sample(num_slices * slice_len)
             drawn = split_slices(rows, info, runs, capacity, slice_len, trace, f"(case {lengths}, capacity {capacity})")

@@ -24,34 +24,27 @@ run inside a pytest run keeps its own context.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import unittest
 import warnings
 from pathlib import Path
 from typing import Any
 
-import _pytest
-import pluggy
 import pytest
 
-import rbcheck
-import rbcheck.harness
 from rbcheck.harness.adapters import load_adapter
-from rbcheck.harness.plugin import context, profiles, results
+from rbcheck.harness.plugin import context, profiles, raised_outcomes, results
 from rbcheck.harness.plugin.known_failures import (
     HID_SOMETHING_NEW,
     KnownFailure,
-    id_matches,
-    in_suite,
-    seed_invariant_of,
-    suite_relative,
+    KnownFailureError,
+    known_failure_of,
+    unmatched_entries,
 )
 from rbcheck.harness.plugin.skips import (
-    SEED_SKIP,
     capability_skip_reason,
     declared_conventions,
+    skip_reason_of,
     spec_capabilities,
 )
 from rbcheck.harness.protocol import Adapter, BufferSpec
@@ -98,81 +91,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    run = _run(config)
-    adapter = run.adapter
-    lines = [
-        f"rbcheck implementation: {adapter.name} {adapter.version} (--impl {run.impl_name})",
-        "rbcheck capabilities: " + (", ".join(sorted(adapter.capabilities)) or "(none)"),
-    ]
-    for cap, why in sorted(adapter.unavailable.items()):
-        lines.append(f"rbcheck unavailable: {cap}: {why}")
-    if not adapter.unavailable:
-        lines.append("rbcheck unavailable: (none)")
-    lines.append(f"rbcheck conventions: {adapter.conventions.describe()}")
-    settings = run.settings
-
-    def source(key: str) -> str:
-        where = settings.get(f"{key}_from", "")
-        return f" (from the {where})" if where.startswith("environment") else ""
-
-    lines.append(f"rbcheck device: {run.device}{source('device')}")
-    lines.append(f"rbcheck hypothesis profile: {run.profile}{source('profile')}")
-    if settings.get("shrink_seconds_from", "default") != "default":
-        lines.append(f"rbcheck shrink seconds: {run.shrink_seconds:g}{source('shrink_seconds')}")
-    for key, value in (settings.get("environment") or {}).items():
-        lines.append(f"rbcheck environment: {key}={value}")
-    if run.known_failures_path is not None:
-        lines.append(f"rbcheck known failures: {len(run.known_failures)} ids from {run.known_failures_path.name}")
-    elif run.known_failures:
-        lines.append(f"rbcheck known failures: {len(run.known_failures)} ids from expected_failures")
-    return lines
-
-
-def _on_disk(root: Path, file_part: str) -> bool:
-    return (root / file_part).exists() or any(root.glob(f"tests/**/{file_part}"))
+    return context.header_lines(_run(config))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection: ids of deselected tests still match
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     run = _run(config)
     for item in items:
-        for mark in item.iter_markers("requires"):
-            try:
-                reason = capability_skip_reason(run.adapter, tuple(mark.args))
-            except ValueError as err:
-                raise run.usage_error(f"{item.nodeid}: {err}") from err
-            if reason:
-                item.add_marker(pytest.mark.skip(reason=reason))
-                break
-        if not run.adapter.conventions.seedable and item.get_closest_marker("exact_replay"):
-            item.add_marker(pytest.mark.skip(reason=SEED_SKIP))
-        for entry in run.known_failures:
-            if id_matches(entry.test_id, item.nodeid):
-                seed = seed_invariant_of(item.nodeid) if in_suite(item.nodeid) else None
-                if seed:
-                    raise run.usage_error(
-                        f"known failure id={entry.test_id!r} ({entry.where}) names "
-                        f"{suite_relative(item.nodeid)}, a test of seed invariant {seed}, but no entry "
-                        f"may hide a seed bug: remove the entry (the failure is reported as FAIL)"
-                    )
-                entry.matched += 1
-                item.stash[_KNOWN_KEY] = entry
-                break
-    collected_files = {item.nodeid.split("::", 1)[0] for item in items}
-    root = Path(str(config.rootpath))
-    for entry in run.known_failures:
-        if entry.matched:
-            continue
-        file_part = entry.test_id.split("::", 1)[0] if "::" in entry.test_id else ""
-        in_run = any(f == file_part or f.endswith("/" + file_part) for f in collected_files)
-        if file_part and not in_run and _on_disk(root, file_part):
-            continue  # its file is not part of this run: nothing to say
-        if not file_part and not any(in_suite(i.nodeid) for i in items):
-            continue  # a bare name, and the conformance suite is not being run
-        message = (
-            f"known failure id={entry.test_id!r} ({entry.where}) "
-            f"matches no collected test, but should name one (fixed, renamed or mistyped?)"
-        )
+        try:
+            reason = skip_reason_of(run.adapter, item)
+        except ValueError as err:
+            raise run.usage_error(f"{item.nodeid}: {err}") from err
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        try:
+            entry = known_failure_of(run.known_failures, item.nodeid)
+        except KnownFailureError as err:
+            raise run.usage_error(str(err)) from err
+        if entry is not None:
+            item.stash[_KNOWN_KEY] = entry
+    for message in unmatched_entries(run.known_failures, items, Path(str(config.rootpath))):
         run.warnings.append(message)
         warnings.warn(KnownFailureWarning(message), stacklevel=1)
 
@@ -217,52 +155,14 @@ def make_buffer(impl: Adapter):
     return make
 
 
-#: Exceptions by which code decides a test's outcome (pytest.skip, pytest.xfail, unittest's skip).
-_OUTCOME_EXCEPTIONS = (pytest.skip.Exception, pytest.xfail.Exception, unittest.SkipTest)
-#: Where rbcheck's own code lives: the only code that may skip a test of the suite or call it a known failure.
-_OWN_DIRS = tuple(str(Path(m.__file__).resolve().parent) + os.sep for m in (rbcheck, rbcheck.harness))
-#: pytest's and pluggy's own frames, passed over when looking for who raised an outcome.
-_RUNNER_DIRS = tuple(str(Path(m.__file__).resolve().parent) + os.sep for m in (_pytest, pluggy))
-
-
-def outcome_raised_elsewhere(item: pytest.Item, excinfo: pytest.ExceptionInfo) -> str | None:
-    """``"<file>:<line>"`` of the code that raised a skip or xfail during a
-    test of the suite, when that code is neither rbcheck's nor the test's own
-    module (the adapter's or the library's), else None."""
-    if not in_suite(item.nodeid) or not excinfo.errisinstance(_OUTCOME_EXCEPTIONS):
-        return None
-    frames = [entry for entry in excinfo.traceback if not str(entry.path).startswith(_RUNNER_DIRS)]
-    if not frames:
-        return None
-    raiser = str(frames[-1].path)
-    if raiser.startswith(_OWN_DIRS) or raiser == str(getattr(item, "path", "")):
-        return None
-    return f"{raiser}:{frames[-1].lineno + 1}"
-
-
-def _fail_raised_outcome(report: pytest.TestReport, excinfo: pytest.ExceptionInfo, where: str) -> None:
-    """Turn a skip or xfail raised from the buffer's code into a failure
-    that says so (only rbcheck decides what is skipped or expected to fail)."""
-    kind = "xfail" if excinfo.errisinstance(pytest.xfail.Exception) else "skip"
-    message = (f"{results.type_name(excinfo.value)}: the test's outcome ({kind}: "
-               f"{results.one_line(str(excinfo.value), 160)!r}) was raised from the buffer's code at {where}, "
-               f"but only rbcheck decides what is skipped or expected to fail: a buffer that cannot do something "
-               f"raises an error (declare the capability missing, or list a known failure)")
-    report.outcome = "failed"
-    report.longrepr = message
-    if hasattr(report, "wasxfail"):
-        del report.wasxfail
-    setattr(report, results.FIELDS_ATTR, {"message": message, "failures": [message], "repros": []})
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     raised = call.excinfo  # as raised: pytest's unittest support replaces a SkipTest with its own skip
-    where = outcome_raised_elsewhere(item, raised) if raised is not None else None
+    where = raised_outcomes.raised_elsewhere(item, raised) if raised is not None else None
     outcome = yield
     report = outcome.get_result()
     if where is not None:  # before known failures: no entry may hide it
-        _fail_raised_outcome(report, raised, where)
+        raised_outcomes.fail_raised_outcome(report, raised, where)
         return
     if report.failed and call.excinfo is not None:  # the failure's fields, from the exception itself
         setattr(report, results.FIELDS_ATTR, results.failure_fields(call.excinfo.value))

@@ -198,3 +198,35 @@ def settings_of(config: pytest.Config, run: RunContext, profile_source: str, dev
         "known_failures": str(run.known_failures_path) if run.known_failures_path else None,
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("RBCHECK_")},
     }
+
+
+def header_lines(run: RunContext) -> list[str]:
+    """The header of a run: the implementation, what it declares, and every
+    setting that can change what is tested, with where it came from."""
+    adapter = run.adapter
+    lines = [
+        f"rbcheck implementation: {adapter.name} {adapter.version} (--impl {run.impl_name})",
+        "rbcheck capabilities: " + (", ".join(sorted(adapter.capabilities)) or "(none)"),
+    ]
+    for cap, why in sorted(adapter.unavailable.items()):
+        lines.append(f"rbcheck unavailable: {cap}: {why}")
+    if not adapter.unavailable:
+        lines.append("rbcheck unavailable: (none)")
+    lines.append(f"rbcheck conventions: {adapter.conventions.describe()}")
+    settings = run.settings
+
+    def source(key: str) -> str:
+        where = settings.get(f"{key}_from", "")
+        return f" (from the {where})" if where.startswith("environment") else ""
+
+    lines.append(f"rbcheck device: {run.device}{source('device')}")
+    lines.append(f"rbcheck hypothesis profile: {run.profile}{source('profile')}")
+    if settings.get("shrink_seconds_from", "default") != "default":
+        lines.append(f"rbcheck shrink seconds: {run.shrink_seconds:g}{source('shrink_seconds')}")
+    for key, value in (settings.get("environment") or {}).items():
+        lines.append(f"rbcheck environment: {key}={value}")
+    if run.known_failures_path is not None:
+        lines.append(f"rbcheck known failures: {len(run.known_failures)} ids from {run.known_failures_path.name}")
+    elif run.known_failures:
+        lines.append(f"rbcheck known failures: {len(run.known_failures)} ids from expected_failures")
+    return lines

@@ -208,3 +208,41 @@ def id_matches(test_id: str, nodeid: str) -> bool:
         c == test_id or c.endswith("/" + test_id) or c.endswith("::" + test_id) for c in candidates
     )
 
+
+def known_failure_of(entries: list[KnownFailure], nodeid: str) -> KnownFailure | None:
+    """The entry that covers ``nodeid`` (counted in its ``matched``), or None.
+    An entry naming a test of a seed invariant is a :class:`KnownFailureError`:
+    no entry may hide a seed bug."""
+    for entry in entries:
+        if id_matches(entry.test_id, nodeid):
+            seed = seed_invariant_of(nodeid) if in_suite(nodeid) else None
+            if seed:
+                raise KnownFailureError(
+                    f"known failure id={entry.test_id!r} ({entry.where}) names "
+                    f"{suite_relative(nodeid)}, a test of seed invariant {seed}, but no entry "
+                    f"may hide a seed bug: remove the entry (the failure is reported as FAIL)"
+                )
+            entry.matched += 1
+            return entry
+    return None
+
+
+def unmatched_entries(entries: list[KnownFailure], items: list, root: Path) -> list[str]:
+    """What to say of each entry that matched no collected test (fixed,
+    renamed or mistyped), unless its file is not part of this run or it is a
+    bare name and the suite is not being run."""
+    collected_files = {item.nodeid.split("::", 1)[0] for item in items}
+    said = []
+    for entry in entries:
+        if entry.matched:
+            continue
+        file_part = entry.test_id.split("::", 1)[0] if "::" in entry.test_id else ""
+        in_run = any(f == file_part or f.endswith("/" + file_part) for f in collected_files)
+        on_disk = bool(file_part) and ((root / file_part).exists() or any(root.glob(f"tests/**/{file_part}")))
+        if file_part and not in_run and on_disk:
+            continue  # its file is not part of this run: nothing to say
+        if not file_part and not any(in_suite(i.nodeid) for i in items):
+            continue  # a bare name, and the conformance suite is not being run
+        said.append(f"known failure id={entry.test_id!r} ({entry.where}) "
+                    f"matches no collected test, but should name one (fixed, renamed or mistyped?)")
+    return said

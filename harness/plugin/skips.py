@@ -87,3 +87,17 @@ def on_device(adapter: Adapter, device: str) -> Adapter:
         return adapter.make(spec)
 
     return replace(adapter, make=make)
+
+
+def skip_reason_of(adapter: Adapter, item: pytest.Item) -> str | None:
+    """Why ``item`` is skipped for ``adapter`` (a capability its ``requires``
+    marks name is not declared or cannot run here; an exact-replay test of an
+    adapter that is not seedable), or None to run it. A mark naming an
+    unknown capability is a ValueError."""
+    for mark in item.iter_markers("requires"):
+        reason = capability_skip_reason(adapter, tuple(mark.args))
+        if reason:
+            return reason
+    if not adapter.conventions.seedable and item.get_closest_marker("exact_replay"):
+        return SEED_SKIP
+    return None

@@ -18,6 +18,14 @@ MAX_LINES = 500
 #: Files allowed over the limit while another change splits or moves them
 #: (none now: keep it empty, and drop an entry once its file fits or is gone).
 TOO_LONG_FOR_NOW: frozenset[str] = frozenset()
+#: Files whose one concept is longer than MAX_LINES, with why (docs/design.md,
+#: "Style"): each may grow to LONG_CONCEPT_LINES; split by concept, never by count.
+LONG_CONCEPTS: dict[str, str] = {
+    "harness/protocol.py": "the adapter contract: BufferSpec, Conventions and Adapter are read together, "
+                           "each field beside the capability it belongs to",
+    "harness/invariants.py": "the catalogue of invariants: one table, read as one",
+}
+LONG_CONCEPT_LINES = 800
 #: Top-level names that import only in a clone of the repository: the
 #: folders the package is built from (installed as rbcheck.*) and the
 #: repository-only packages (not in the wheel).
@@ -117,11 +125,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_installed_file_is_over_500_lines():
     """Every file of the installed package has at most MAX_LINES lines,
-    but the ones listed in TOO_LONG_FOR_NOW."""
+    but the ones listed in TOO_LONG_FOR_NOW, and a file of LONG_CONCEPTS at
+    most LONG_CONCEPT_LINES (each listed file exists)."""
     lines = {str(p.relative_to(REPO)): len(p.read_bytes().splitlines()) for p in package_files()}
+    assert set(LONG_CONCEPTS) <= set(lines), f"LONG_CONCEPTS={sorted(set(LONG_CONCEPTS) - set(lines))} are gone"
+    limit = {path: LONG_CONCEPT_LINES if path in LONG_CONCEPTS else MAX_LINES for path in lines}
     long = sorted(f"{path} ({n} lines)" for path, n in lines.items()
-                  if n > MAX_LINES and path not in TOO_LONG_FOR_NOW)
-    assert not long, f"files over {MAX_LINES} lines={long}, but should be none: split them"
+                  if n > limit[path] and path not in TOO_LONG_FOR_NOW)
+    assert not long, f"files over {MAX_LINES} lines={long}, but should be none: split them by concept"
 
 
 def test_the_package_has_no_import_cycle():

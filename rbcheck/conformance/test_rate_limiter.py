@@ -85,11 +85,13 @@ class Counts:
         return f"inserts={self.inserts}, samples={self.samples}, deletes={self.deletes}, {self.limiter}"
 
 
-def call(buf, kind: str, row_id: int, timeout: float) -> bool:
-    """One insert or one sample with ``timeout``: True when done, False when it timed out."""
+def call(buf, kind: str, row_id: int, timeout: float, trace: Trace | None = None) -> bool:
+    """One insert or one sample with ``timeout``: True when done, False when it timed out
+    (the row named ``row(<id>)`` on ``trace``, when given, for a recorded buffer's repro)."""
     try:
         if kind == "insert":
-            buf.extend(row(row_id), timeout=timeout)
+            rows = row(row_id) if trace is None else trace.name(row(row_id), f"row({row_id})")
+            buf.extend(rows, timeout=timeout)
         else:
             buf.sample(1, timeout=timeout)
     except TimeoutError:
@@ -102,14 +104,20 @@ def lands_later(impl) -> bool:
     return sampler_rule(impl.conventions, "timed_out_insert") == "lands_later"
 
 
+def rate_trace(impl, spec: BufferSpec) -> Trace:
+    """A trace whose snippet imports :func:`row` from this file."""
+    trace = Trace(impl, spec)
+    trace.need("from rbcheck.conformance.test_rate_limiter import row")
+    return trace
+
+
 def check_call(buf, counts: Counts, kind: str, row_id: int, trace: Trace, when: str) -> bool:
     """The call the rule admits succeeds (within LONG), the one it refuses times out
     (after SHORT); returns whether it was admitted."""
     admitted = counts.admits(kind)
     method = f"buf.extend(row({row_id}), timeout={LONG if admitted else SHORT})" if kind == "insert" \
         else f"buf.sample(1, timeout={LONG if admitted else SHORT})"
-    trace.op(method)
-    done = call(buf, kind, row_id, LONG if admitted else SHORT)
+    done = call(buf, kind, row_id, LONG if admitted else SHORT, trace)
     if done != admitted:
         fail(f"{method} {when} ({counts})", "admitted" if done else "<TimeoutError>",
              "admitted" if admitted else "<TimeoutError> (the rule refuses it)", trace)
@@ -128,14 +136,14 @@ def test_calls_are_admitted_by_the_rule(impl, data):
     ``timed_out_insert="lands_later"`` the sequence ends at the first refused
     insert (it changed nothing; when it lands later is the server's)."""
     spec = data.draw(limited_specs(impl), label="spec")
-    trace = Trace(impl, spec)
-    buf, counts = impl.make(spec), Counts(spec)
+    trace = rate_trace(impl, spec)
+    buf, counts = trace.wrap(impl.make(spec)), Counts(spec)
     for step in range(data.draw(st.integers(1, 24), label="calls")):
         kind = data.draw(st.sampled_from(["insert", "sample"]), label=f"call {step}")
         done = check_call(buf, counts, kind, counts.inserts, trace, f"at call {step}")
         assert_same(f"len(buf) after call {step} ({counts})", len(buf), counts.inserts - counts.deletes, trace)
         if kind == "insert" and not done and lands_later(impl):
-            trace.op("# timed_out_insert='lands_later': the refused insert may land later; the sequence ends")
+            trace.note("timed_out_insert='lands_later': the refused insert may land later; the sequence ends")
             return
 
 
@@ -158,9 +166,10 @@ def test_threads_are_admitted_within_the_rule(impl, data):
     spec = data.draw(limited_specs(impl), label="spec")
     plans = data.draw(st.lists(st.lists(st.sampled_from(["insert", "sample"]), min_size=1, max_size=8),
                                min_size=2, max_size=4), label="calls of each thread")
-    trace = Trace(impl, spec)
-    trace.op(f"# {len(plans)} threads at once, each call with timeout={SHORT}: {plans}")
-    buf, counts = impl.make(spec), Counts(spec)
+    trace = rate_trace(impl, spec)
+    trace.note(f"{len(plans)} threads at once, each call with timeout={SHORT}: {plans} (not recorded)")
+    buf, counts = trace.wrap(impl.make(spec)), Counts(spec)
+    shared = buf.inner  # the threads' calls are not recorded: a snippet could not replay their interleaving
     inserted, timed_out, sampled, errors = set(), set(), [], []
     start = threading.Barrier(len(plans))
 
@@ -170,10 +179,10 @@ def test_threads_are_admitted_within_the_rule(impl, data):
             for j, kind in enumerate(plan):
                 row_id = 1000 * t + j
                 if kind == "insert":
-                    (inserted if call(buf, "insert", row_id, SHORT) else timed_out).add(row_id)
+                    (inserted if call(shared, "insert", row_id, SHORT) else timed_out).add(row_id)
                 elif kind == "sample":
                     try:
-                        rows, _ = buf.sample(1, timeout=SHORT)
+                        rows, _ = shared.sample(1, timeout=SHORT)
                         sampled.append(int(rows["id"].reshape(-1)[0]))
                     except TimeoutError:
                         pass
@@ -207,7 +216,7 @@ def test_threads_are_admitted_within_the_rule(impl, data):
         fail(f"admitted counts ({counts})", f"diff={diff}", f"<= max_diff={lim.max_diff}", trace)
     if later:
         if counts.inserts < len(inserted) + len(timed_out):
-            trace.op("# timed_out_insert='lands_later': a timed-out insert may still land; no next calls")
+            trace.note("timed_out_insert='lands_later': a timed-out insert may still land; no next calls")
             return
     else:
         assert_same(f"len(buf) after the threads ({counts})", len(buf), counts.inserts - counts.deletes, trace)
@@ -230,26 +239,23 @@ def test_a_waiting_call_is_admitted_when_room_is_made(impl, data):
     spec = BufferSpec(capacity=1000, sampler="fifo" if queued else "random", max_times_sampled=int(queued),
                       rate_limiter=(queue(m) if queued else min_size(m)).as_tuple(), priority_key="priority",
                       layout=LAYOUT)
-    trace = Trace(impl, spec)
-    buf = impl.make(spec)
+    trace = rate_trace(impl, spec)
+    buf = trace.wrap(impl.make(spec))
     # under timed_out_insert="lands_later" a refused insert would stay queued and take the room
     probe = not (queued and lands_later(impl))
     for i in range(m if queued else m - 1):
-        trace.op(f"buf.extend(row({i}), timeout={LONG})")
-        buf.extend(row(i), timeout=LONG)
+        buf.extend(trace.name(row(i), f"row({i})"), timeout=LONG)
     waiting = "insert" if queued else "sample"
     outcome = []
-    waiter = threading.Thread(target=lambda: outcome.append(call(buf, waiting, 500, LONG)))
-    trace.op(f"# thread: {'buf.extend(row(500)' if queued else 'buf.sample(1'}, timeout={LONG})")
+    waiter = threading.Thread(target=lambda: outcome.append(call(buf.inner, waiting, 500, LONG)))
+    trace.note(f"in a thread, not recorded: {'buf.extend(row(500)' if queued else 'buf.sample(1'}, timeout={LONG})")
     waiter.start()
     if probe:
-        trace.op(f"{'buf.extend(row(501)' if queued else 'buf.sample(1'}, timeout={SHORT})  # must time out")
-        refused = call(buf, waiting, 501, SHORT)  # the rule refuses it; meanwhile the thread waits
+        refused = call(buf, waiting, 501, SHORT, trace)  # the rule refuses it; meanwhile the thread waits
         assert_same(f"{'buf.extend(row(501)' if queued else 'buf.sample(1'}, timeout={SHORT}) before room is made",
                     refused, False, trace)
     making_room = "sample" if queued else "insert"
-    trace.op(f"buf.{'sample(1' if queued else f'extend(row({m})'}, timeout={LONG})")
-    main_done = call(buf, making_room, m, LONG)
+    main_done = call(buf, making_room, m, LONG, trace)
     waiter.join()
     assert_same(f"the main thread's {making_room} (admitted by the rule)", main_done, True, trace)
     assert_same(f"the waiting {waiting} once the main thread's {making_room} made room", outcome, [True], trace)

@@ -82,38 +82,33 @@ def test_memmap_storage_matches_the_memory_reference_call_for_call(impl, referen
     user_files(root / SCRATCH)
     before = entries(root)
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = attempt("make(spec)", lambda: impl.make(spec), "a new buffer", trace)
+    layout = trace.source("layout", layout)
+    buf = attempt("make(spec)", lambda: trace.wrap(impl.make(spec)), "a new buffer", trace)
     model = reference_impl.make(spec.but(storage="memory", scratch_dir=None))
     written, edited = 0, 0
     for op in ops:
         if op[0] == "extend":
-            trace.op(f"buf.extend(layout.batch({written}, {op[1]}))")
             for b in (buf, model):
                 b.extend(layout.batch(written, op[1]))
             written += op[1]
         elif op[0] == "add":
-            trace.op(f"buf.add(layout.row({written}))")
             for b in (buf, model):
                 b.add(layout.row(written))
             written += 1
         elif op[0] == "sample":
-            trace.op(f"rows, info = buf.sample({op[1]})")
             rows, info = buf.sample(op[1])
             index = info["index"].cpu()
             assert_td_equal("sampled rows (vs buf.contents()[info['index']])", rows.cpu(),
                             buf.contents()[index], trace, check_device=False)
         elif op[0] == "edit":
             index = [i % len(model) for i in op[1]]
-            trace.op(f"buf.set({index!r}, layout.batch({10**6 + edited}, {len(index)}))")
             for b in (buf, model):
                 b.set(index, layout.batch(10**6 + edited, len(index)))
             edited += len(index)
         else:
             again = spec.but(reopen=True)
-            trace.op(f"buf.close(); buf = load_adapter({trace.adapter!r}).make({again!r})")
             attempt("buf.close()", buf.close, "a clean close", trace)
-            buf = attempt("make(spec.but(reopen=True))", lambda s=again: impl.make(s),
+            buf = attempt("make(spec.but(reopen=True))", lambda s=again: trace.make(s, "buf"),
                           "the buffer as it was closed", trace)
         check_same(buf, model, trace, f"after {op[0]}")
     changed = touched(before, entries(root), SCRATCH)
@@ -138,19 +133,21 @@ def test_reused_scratch_dir_starts_empty_and_keeps_the_users_files(impl, tmp_pat
     user_files(root / SCRATCH)
     before = entries(root)
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    old = impl.make(spec)
+    layout = trace.source("layout", layout)
+    trace.note("the earlier buffer")
+    old = trace.wrap(impl.make(spec))  # the snippet's buf
     old.extend(layout.batch(1000, old_rows))
-    trace.op(f"buf.extend(layout.batch(1000, {old_rows})); old = buf  # the earlier buffer")
     if ending == "closed":
         old.close()
-        trace.op("old.close()")
     elif ending == "dropped":
         del old
         gc.collect()
-        trace.op("del old")
-    trace.op(f"buf = load_adapter({trace.adapter!r}).make({spec!r})  # the same directory")
-    buf = attempt("make(spec) in a reused directory", lambda: impl.make(spec), "a new, empty buffer", trace)
+        trace.need("import gc")
+        trace.op("del buf; gc.collect()  # dropped")
+    else:
+        trace.op("old = buf  # kept alive")
+    trace.note("a new buffer in the same directory")
+    buf = attempt("make(spec) in a reused directory", lambda: trace.make(spec, "buf"), "a new, empty buffer", trace)
     assert_same("(len, cursor, write_count) of a new buffer", bookkeeping(buf), (0, 0, 0), trace)
     try:
         buf.sample(2)
@@ -159,13 +156,12 @@ def test_reused_scratch_dir_starts_empty_and_keeps_the_users_files(impl, tmp_pat
     else:
         fail("buf.sample(2) on a new buffer in a reused directory", "<returned a batch>",
              "an error: the buffer is empty", trace)
-    trace.op(f"buf.extend(layout.batch(0, {k}))")
     buf.extend(layout.batch(0, k))
     assert_td_equal("buf.contents()", buf.contents(), layout.batch(0, k), trace, check_device=False)
     again = spec.but(reopen=True)
-    trace.op(f"buf.close(); buf = load_adapter({trace.adapter!r}).make({again!r})")
     attempt("buf.close()", buf.close, "a clean close", trace)
-    buf = attempt("make(spec.but(reopen=True))", lambda: impl.make(again), "the buffer as it was closed", trace)
+    buf = attempt("make(spec.but(reopen=True))", lambda: trace.make(again, "buf"), "the buffer as it was closed",
+                  trace)
     assert_same("(len, cursor, write_count) after the reopen", bookkeeping(buf), (k, k % spec.capacity, k), trace)
     assert_td_equal("buf.contents() after the reopen", buf.contents(), layout.batch(0, k), trace, check_device=False)
     changed = touched(before, entries(root), SCRATCH)

@@ -23,18 +23,17 @@ pytestmark = pytest.mark.requires("slice")
 
 
 def write_episodes(buf, layout: EpisodeLayout, chunks: list[int], trace: Trace) -> None:
-    """Extend ``buf`` with the episodes, ``chunks`` rows at a time."""
+    """Extend ``buf`` with the episodes, ``chunks`` rows at a time (``layout``
+    a trace's source, so the rows are written as slices of ``episodes.batch()``)."""
     data = layout.batch()
     start = 0
     for n in chunks:
         if start >= layout.total:
             break
         n = min(n, layout.total - start)
-        trace.op(f"buf.extend(episodes.batch()[{start}:{start + n}])")
         buf.extend(data[start : start + n])
         start += n
     if start < layout.total:
-        trace.op(f"buf.extend(episodes.batch()[{start}:])")
         buf.extend(data[start:])
 
 
@@ -121,13 +120,12 @@ def test_slices_are_contiguous_and_inside_one_episode(impl, setup):
     eligible episode, sampling raises instead of returning a short batch."""
     spec, layout, chunks, slice_len, num_slices = setup
     trace = Trace(impl, spec)
-    trace.let("episodes", layout)
-    buf = impl.make(spec)
-    write_episodes(buf, layout, chunks, trace)
+    episodes = trace.source("episodes", layout)
+    buf = trace.wrap(impl.make(spec))
+    write_episodes(buf, episodes, chunks, trace)
     runs = layout.surviving(spec.capacity)
     batch = slice_len * num_slices
     eligible = [r for r in runs if len(r) >= slice_len or not spec.strict_length]
-    trace.op(f"rows, info = buf.sample({batch})")
     if not eligible:
         try:
             buf.sample(batch)
@@ -171,11 +169,10 @@ def test_slices_run_across_the_ring_wrap(impl, setup):
         capacity=capacity, sampler="slice", slice_len=length, strict_length=True, seed=seed
     )
     trace = Trace(impl, spec)
-    trace.let("episodes", layout)
-    buf = impl.make(spec)
-    write_episodes(buf, layout, [capacity], trace)
+    episodes = trace.source("episodes", layout)
+    buf = trace.wrap(impl.make(spec))
+    write_episodes(buf, episodes, [capacity], trace)
     want_slots = torch.tensor([(first + i) % capacity for i in range(length)], dtype=torch.int64)
-    trace.op(f"rows, info = buf.sample({2 * length})")
     rows, info = buf.sample(2 * length)
     for s in range(2):
         part = slice(s * length, (s + 1) * length)
@@ -222,10 +219,11 @@ def test_trajectory_example_runs_as_written(impl):
         "collector = SyncCollector(ChainEnv(length=9, max_steps=12, slip=0.3, seed=0), GoRight(), buf, "
         "frames_per_batch=16, total_frames=96); list(collector)"
     )
-    buf = impl.make(spec)
+    buf = trace.wrap(impl.make(spec))
     policy = GoRight()
     env = ChainEnv(length=9, max_steps=12, slip=0.3, seed=0)
-    collector = SyncCollector(env, policy, buf, frames_per_batch=16, total_frames=96)
+    # the collector's writes are the setup line above: given the buffer itself, not the recorder
+    collector = SyncCollector(env, policy, buf.inner, frames_per_batch=16, total_frames=96)
     written = [b for b in collector]
     if collector.policy is not policy:
         fail("collector.policy is policy", False, "True (already on the CPU: used in place)", trace)
@@ -242,7 +240,6 @@ def test_trajectory_example_runs_as_written(impl):
             runs.append([j])
     slot_to_id = {j % capacity: j for j in kept}
     for _ in range(3):
-        trace.op("rows, info = buf.sample()")
         rows, info = buf.sample()
         assert_same("rows.batch_size", list(rows.batch_size), [batch], trace)
         stored = buf.contents()[info["index"].cpu()]

@@ -38,7 +38,7 @@ def write(impl, spec, stream: Stream):
     trace.need("from rbcheck.harness.transition_streams import Stream")
     trace.let("stream", stream)
     try:
-        buf = impl.make(spec)
+        buf = trace.wrap(impl.make(spec))
     except Exception as err:  # noqa: BLE001 - any refusal will do where nothing could be sampled
         conv = impl.conventions
         if never_sampleable(conv, spec):
@@ -48,14 +48,13 @@ def write(impl, spec, stream: Stream):
                  f"{type(err).__name__}: {err}", "a buffer: the window fits one env's ring (a refusal is allowed "
                  "only for n > capacity // num_envs, incomplete_windows='exclude_until_n_steps')", trace)
         raise
-    trace.op(Stream.WRITE)
-    stream.write(buf)
+    trace.op("stream.write(buf)")  # the stream's extends as one line (Stream.WRITE): made on the buffer itself
+    stream.write(buf.inner)
     return buf, trace
 
 
 def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
     if oracle.size == 0:  # nothing held yet: a refusal is the answer
-        trace.op("rows, info = buf.sample(1)")
         try:
             rows, _ = buf.sample(1)
         except Exception:  # noqa: BLE001 - any refusal will do: no row is held
@@ -64,7 +63,6 @@ def draw_sample(buf, oracle: Oracle, trace: Trace, per_row: int):
             fail("rows in buf.sample(1) from a buffer that holds no row", 0, "a refusal (an exception)", trace)
         return rows, oracle.positions(rows, trace)  # fails: no sampled id is held
     batch = per_row * oracle.size
-    trace.op(f"rows, info = buf.sample({batch})")
     if oracle.spec.nstep and oracle.conv.incomplete_windows in EXCLUDING and not oracle.complete.any():
         try:  # nothing may be sampled: an error is the answer
             rows, _ = buf.sample(batch)
@@ -332,7 +330,6 @@ def test_slice_ends_are_marked_and_episode_ends_keep_their_flags(impl, data):
     episodes = oracle.held["episode"].tolist()
     longest = max(sum(1 for e in episodes if e == x) for x in set(episodes))
     batch = slice_len * num_slices
-    trace.op(f"rows, info = buf.sample({batch})")
     if longest < slice_len:
         try:
             buf.sample(batch)

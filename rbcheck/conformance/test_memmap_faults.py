@@ -47,7 +47,6 @@ def refused(buf, what: str, call, names: list[str], trace, taken_if=None) -> boo
     """``call()`` must raise an error whose message names one of ``names``; or, where
     ``taken_if()`` says the write needed nothing the fault takes away (every file was
     made whole before it, and none grew or appeared), it may be taken: True then."""
-    trace.op(f"{what}  # refused")
     try:
         call()
     except Exception as err:  # noqa: BLE001 - the error is checked below
@@ -87,11 +86,10 @@ def test_a_file_removed_or_truncated_under_the_storage_is_a_clear_error(impl, fa
     user_files(root / SCRATCH)
     snapshot = entries(root)  # the user's
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
     n = data.draw(st.integers(1, 2 * capacity), label="rows written first")
-    trace.op(f"buf.extend(layout.batch(0, {n}))")
-    buf.extend(LAYOUT.batch(0, n))
+    buf.extend(layout.batch(0, n))
     files = [f for f in storage_files(root, USER_FILES) if fault == "file_removed" or f.stat().st_size >= 2]
     if not files:
         fail(f"files in {spec.scratch_dir!r} after a write", "<none>", "the storage's files", trace)
@@ -105,9 +103,9 @@ def test_a_file_removed_or_truncated_under_the_storage_is_a_clear_error(impl, fa
         trace.op(f"import os; os.truncate({str(victim)!r}, {victim.stat().st_size})")
     kind = data.draw(st.sampled_from(["extend", "add", "edit"] if impl.has("edit") else ["extend", "add"]),
                      label="next write")
-    calls = {"extend": ("buf.extend(layout.batch(100, 2))", lambda: buf.extend(LAYOUT.batch(100, 2))),
-             "add": ("buf.add(layout.row(100))", lambda: buf.add(LAYOUT.row(100))),
-             "edit": ("buf.set([0], layout.batch(100, 1))", lambda: buf.set([0], LAYOUT.batch(100, 1)))}
+    calls = {"extend": ("buf.extend(layout.batch(100, 2))", lambda: buf.extend(layout.batch(100, 2))),
+             "add": ("buf.add(layout.row(100))", lambda: buf.add(layout.row(100))),
+             "edit": ("buf.set([0], layout.batch(100, 1))", lambda: buf.set([0], layout.batch(100, 1)))}
     what, call = calls[kind]
     refused(buf, what, call, [victim.name, str(root / SCRATCH)], trace)
     assert_same(f"(len, cursor, write_count) after the refused {kind}", bookkeeping(buf), before, trace)
@@ -124,27 +122,32 @@ def test_a_file_removed_or_truncated_under_the_storage_is_a_clear_error(impl, fa
 
 def check_fault_then_retry(impl, root, spec, layout, make_fault, lift_fault, trace, under: str = "") -> None:
     """Under ``make_fault`` the first write raises naming the directory and changes
-    nothing; once lifted the same write gives the rows. ``under``: the snippet's
-    ``with ...:`` around the refused write."""
+    nothing; once lifted the same write gives the rows. The fault lasts for the
+    refused write alone, as a ``with`` block would (``make_fault`` and
+    ``lift_fault`` write their own lines into the trace, so the snippet lifts
+    it too). ``under``: the failure message's ``with ...:`` around the refused write."""
     user_files(root)
     before_entries = entries(root)
     (root / SCRATCH).mkdir()
-    buf = impl.make(spec)
+    buf = trace.wrap(impl.make(spec))
     made = sizes(storage_files(root, USER_FILES))  # files allocated whole at make() need no new space
-    make_fault()
-    try:
-        taken = refused(buf, f"{under}buf.extend(layout.batch(0, {spec.capacity}))",
-                        lambda: buf.extend(layout.batch(0, spec.capacity)), [str(root / SCRATCH), SCRATCH], trace,
-                        taken_if=lambda: bool(made) and sizes(storage_files(root, USER_FILES)) == made)
-        if not taken:
-            assert_same("(len, cursor, write_count) after the refused write", bookkeeping(buf), (0, 0, 0), trace)
-    finally:
-        lift_fault()
+
+    def write_under_the_fault() -> None:
+        make_fault()
+        try:
+            buf.extend(layout.batch(0, spec.capacity))
+        finally:
+            lift_fault()
+
+    taken = refused(buf, f"{under}buf.extend(layout.batch(0, {spec.capacity}))", write_under_the_fault,
+                    [str(root / SCRATCH), SCRATCH], trace,
+                    taken_if=lambda: bool(made) and sizes(storage_files(root, USER_FILES)) == made)
+    if not taken:
+        assert_same("(len, cursor, write_count) after the refused write", bookkeeping(buf), (0, 0, 0), trace)
     if taken:  # written into files made whole before the fault: nothing could fail, the rows must be there
         assert_same("(len, cursor, write_count) after a write into files made before the fault", bookkeeping(buf),
                     (spec.capacity, 0, spec.capacity), trace)
     else:
-        trace.op(f"buf.extend(layout.batch(0, {spec.capacity}))  # the fault lifted")
         buf.extend(layout.batch(0, spec.capacity))
     assert_td_equal("buf.contents() once the fault is lifted", buf.contents(), layout.batch(0, spec.capacity),
                     trace, check_device=False)
@@ -165,16 +168,18 @@ def test_a_directory_without_write_permission_is_a_clear_error(impl, tmp_path):
     spec = BufferSpec(capacity=4, seed=3, layout=LAYOUT.spec_layout(), storage="memmap",
                       scratch_dir=str(root / SCRATCH))
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
+    layout = trace.source("layout", LAYOUT)
     scratch = root / SCRATCH
-    trace.op(f"import os; os.chmod({str(scratch)!r}, 0o500)")
+
+    def fault() -> None:
+        scratch.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        trace.op(f"import os; os.chmod({str(scratch)!r}, 0o500)")
 
     def lift() -> None:
         scratch.chmod(stat.S_IRWXU)
         trace.op(f"os.chmod({str(scratch)!r}, 0o700)")
 
-    check_fault_then_retry(impl, root, spec, LAYOUT, lambda: scratch.chmod(stat.S_IRUSR | stat.S_IXUSR),
-                           lift, trace)
+    check_fault_then_retry(impl, root, spec, layout, fault, lift, trace)
 
 
 def test_a_full_disk_is_a_clear_error(impl, tmp_path):
@@ -191,8 +196,16 @@ def test_a_full_disk_is_a_clear_error(impl, tmp_path):
     spec = BufferSpec(capacity=16, seed=3, layout=BIG.spec_layout(), storage="memmap",
                       scratch_dir=str(root / SCRATCH))
     trace = Trace(impl, spec)
-    trace.let("layout", BIG)
+    layout = trace.source("layout", BIG)
     trace.need("from rbcheck.harness.disk_checks import file_size_limit")
     limit = file_size_limit(LIMIT)
-    check_fault_then_retry(impl, root, spec, BIG, limit.__enter__, lambda: limit.__exit__(None, None, None), trace,
-                           under=f"with file_size_limit({LIMIT}): ")
+
+    def fault() -> None:
+        limit.__enter__()
+        trace.op(f"limit = file_size_limit({LIMIT}); limit.__enter__()  # no file may grow past it: a full disk")
+
+    def lift() -> None:
+        limit.__exit__(None, None, None)
+        trace.op("limit.__exit__(None, None, None)  # the limit lifted")
+
+    check_fault_then_retry(impl, root, spec, layout, fault, lift, trace, under=f"with file_size_limit({LIMIT}): ")

@@ -181,10 +181,10 @@ def assert_chi_square(
     zero = probs <= 0
     seen = _small(counts, probs / probs.sum() * n if bool(probs.sum() > 0) else torch.zeros_like(probs))
     if bool((counts[zero] > 0).any()):
-        cells = torch.nonzero(zero & (counts > 0)).reshape(-1)[:8].tolist()
+        drawn = torch.nonzero(zero & (counts > 0)).reshape(-1)[:8].tolist()
         freq = observe(what, "chi-square", *seen[1:], false_alarm=false_alarm, p_value=0.0, passed=False,
                        statistic="draws of probability-0 cells", labels=seen[0], cells=cells)
-        _with_frequencies(freq, fail, f"{what}: draws of probability-0 cells {cells}", counts[zero].sum().item(),
+        _with_frequencies(freq, fail, f"{what}: draws of probability-0 cells {drawn}", counts[zero].sum().item(),
                           0, trace)
     probs = probs[~zero] / probs[~zero].sum()
     counts = counts[~zero]

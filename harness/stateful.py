@@ -383,24 +383,30 @@ def replay(
     oracle: PriorityOracle | None = None,
 ) -> int:
     """Apply ``ops`` (from :func:`rbcheck.harness.strategies.operations`) to ``buf``,
-    recording each call on ``trace``; returns the next unused row id.
+    recording each call on ``trace`` (a recording buffer, ``trace.wrap``,
+    writes its own calls); returns the next unused row id.
     Priorities go in ``conventions.priority_dtype``; ``oracle`` (if given)
     follows the writes and updates, and a sample is left out while every
     expected priority is 0 (eps = 0: nothing can be drawn)."""
+    from rbcheck.harness.repro import Recorded
+
     conventions = conventions or Conventions()
+    by_hand = not isinstance(buf, Recorded)
     next_id = first_id
     last_index = None
     for op in ops:
         kind = op[0]
         if kind == "extend":
             n = op[1]
-            trace.op(f"buf.extend(layout.batch({next_id}, {n}))")
+            if by_hand:
+                trace.op(f"buf.extend(layout.batch({next_id}, {n}))")
             buf.extend(layout.batch(next_id, n))
             next_id += n
             if oracle is not None:
                 oracle.write(n)
         elif kind == "add":
-            trace.op(f"buf.add(layout.row({next_id}))")
+            if by_hand:
+                trace.op(f"buf.add(layout.row({next_id}))")
             buf.add(layout.row(next_id))
             next_id += 1
             if oracle is not None:
@@ -408,7 +414,8 @@ def replay(
         elif kind == "sample":
             if oracle is not None and not bool((oracle.leaves() > 0).any()):
                 continue  # every priority is 0: sampling must refuse (test_bad_input checks it)
-            trace.op(f"rows, info = buf.sample({op[1]})")
+            if by_hand:
+                trace.op(f"rows, info = buf.sample({op[1]})")
             _, info = buf.sample(op[1])
             last_index = info["index"].cpu()
         elif kind == "update":
@@ -416,9 +423,9 @@ def replay(
                 continue
             k = min(op[1], len(last_index))
             index, raw = last_index[:k].clone(), conventions.priorities(op[2][:k])
-            trace.op(
-                f"buf.update_priority(torch.tensor({index.tolist()}), torch.tensor({raw.tolist()}, dtype={raw.dtype}))"
-            )
+            if by_hand:
+                trace.op(f"buf.update_priority(torch.tensor({index.tolist()}), "
+                         f"torch.tensor({raw.tolist()}, dtype={raw.dtype}))")
             buf.update_priority(index, raw)
             if oracle is not None:
                 oracle.update(index, raw)

@@ -45,12 +45,18 @@ def _draw_filled_buffer(impl, data):
         label="operations",
     )
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf = impl.make(spec)
+    layout = trace.source("layout", layout)
+    buf = trace.wrap(impl.make(spec))
     oracle = PriorityOracle(spec, impl.conventions) if spec.sampler == "prioritized" else None
     next_id = replay(buf, layout, ops, trace, conventions=impl.conventions, oracle=oracle)
     can_sample = oracle is None or bool((oracle.leaves() > 0).any())  # eps = 0 and all 0: no draw
     return spec, layout, trace, buf, next_id, can_sample
+
+
+def _checkpoint_path(tmp: str, trace: Trace) -> Path:
+    """``tmp / 'ckpt'``, named ``path`` in the snippet (which makes its own ``tmp``)."""
+    trace.directory(tmp)
+    return trace.let("path", Path(tmp) / "ckpt", "tmp / 'ckpt'")
 
 
 def _compare_state(what: str, got, want, spec, trace: Trace, impl) -> None:
@@ -81,24 +87,19 @@ def test_save_load_round_trips_exactly(impl, data):
     adapter declaring ``seedable=False`` gets every check but the next
     samples (its cell says so: ``[convention: seedable=False]``)."""
     spec, layout, trace, buf, next_id, can_sample = _draw_filled_buffer(impl, data)
-    trace.let("path", None, "'ckpt'")
     dirty = data.draw(st.booleans(), label="load into a buffer that already holds rows")
     k = data.draw(st.integers(1, 6), label="next sample size")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "ckpt"
-        trace.op("buf.save(path)")
+        path = _checkpoint_path(tmp, trace)
         buf.save(path)
-        fresh = impl.make(spec.but(seed=spec.seed + 1))
-        trace.op(f"buf2 = load_adapter({trace.adapter!r}).make({spec.but(seed=spec.seed + 1)!r})")
+        fresh = trace.make(spec.but(seed=spec.seed + 1), "buf2")
         if dirty:
-            trace.op("buf2.extend(layout.batch(10_000, 1))")
             fresh.extend(layout.batch(10_000, 1))
-        trace.op("buf2.load(path)")
         fresh.load(path)
         _compare_state("loaded", fresh, buf, spec, trace, impl)
         if len(buf) and can_sample and impl.conventions.seedable:
             for round_ in range(2):
-                trace.op(f"buf.sample({k}); buf2.sample({k})  # round {round_}")
+                trace.note(f"round {round_}")
                 rows_a, info_a = buf.sample(k)
                 rows_b, info_b = fresh.sample(k)
                 assert_td_equal("loaded.sample() rows", rows_b, rows_a, trace)
@@ -109,9 +110,6 @@ def test_save_load_round_trips_exactly(impl, data):
                         f"loaded.sample() info[{key!r}]", info_b[key], info_a[key], trace
                     )
         n = min(3, spec.capacity)
-        trace.op(
-            f"buf.extend(layout.batch({next_id}, {n})); buf2.extend(layout.batch({next_id}, {n}))"
-        )
         assert_tensor_equal(
             "loaded.extend(...) slots",
             fresh.extend(layout.batch(next_id, n)).cpu(),
@@ -197,10 +195,8 @@ def test_checkpoint_metadata_is_plain_json(impl, data):
     keeps its Python type (cursor/write_count int, max_priority float) and
     every column its dtype. (Pickles are test_checkpoint_holds_no_pickle's.)"""
     spec, layout, trace, buf, _, _ = _draw_filled_buffer(impl, data)
-    trace.let("path", None, "'ckpt'")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "ckpt"
-        trace.op("buf.save(path)")
+        path = _checkpoint_path(tmp, trace)
         buf.save(path)
         files = [p for p in Path(tmp).rglob("*") if p.is_file()]
         json_files = [p for p in files if p.suffix == ".json"]
@@ -218,8 +214,7 @@ def test_checkpoint_metadata_is_plain_json(impl, data):
             except ValueError as err:
                 fail(f"json.loads({rel})", f"<{type(err).__name__}: {err}>", "plain JSON", trace)
             _plain(meta, rel, trace)
-        fresh = impl.make(spec)
-        trace.op(f"buf2 = load_adapter({trace.adapter!r}).make({spec!r}); buf2.load(path)")
+        fresh = trace.make(spec, "buf2")
         fresh.load(path)
         assert_same("type(loaded.cursor)", type(fresh.cursor).__name__, "int", trace)
         assert_same("type(loaded.write_count)", type(fresh.write_count).__name__, "int", trace)
@@ -245,10 +240,8 @@ def test_checkpoint_holds_no_pickle(impl, data):
     anywhere, e.g. in an HDF5 dataset, as tianshou's checkpoints do), is a
     torch.save zip archive, or is named like one (.pt, .pth, .pkl, .pickle)."""
     spec, layout, trace, buf, _, _ = _draw_filled_buffer(impl, data)
-    trace.let("path", None, "'ckpt'")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "ckpt"
-        trace.op("buf.save(path)")
+        path = _checkpoint_path(tmp, trace)
         buf.save(path)
         for p in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
             rel = p.relative_to(tmp).as_posix()

@@ -210,9 +210,6 @@ HAND_WRITTEN_REPROS_FOR_NOW: frozenset[str] = frozenset({
     'test_sampling_distributions.py',
     'test_sampling_mass.py',
     'test_sampling_without_replacement.py',
-    'test_slice_samplers.py',
-    'test_trajectory_slices.py',
-    'test_transitions.py',
 })
 #: Names the conformance files give buffers (``buf``, ``buf2``, ``twin``, ...):
 #: a call on one of them in a repro line is the recorder's to write.

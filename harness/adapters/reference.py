@@ -155,9 +155,11 @@ class ShapedBuffer:
         self.buffer.set(index, rows)
 
     def close(self) -> None:
+        """Close a disk storage (its files and manifest); a storage in memory has nothing to release."""
         from rbcheck.reference.memmap_reopen import close_buffer
 
-        close_buffer(self.buffer)
+        if hasattr(_attr(self.buffer, "storage"), "close"):
+            close_buffer(self.buffer)
 
     # checkpoints
     def save(self, path: Path) -> None:

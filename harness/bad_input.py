@@ -22,7 +22,7 @@ from tensordict import TensorDict
 from rbcheck.harness.protocol import BufferSpec
 
 __all__ = [
-    "CAPACITY", "WRITTEN", "rows", "declared", "with_priority", "PRIORITIZED", "UNIFORM", "SLICES",
+    "CAPACITY", "WRITTEN", "rows", "named_rows", "declared", "with_priority", "PRIORITIZED", "UNIFORM", "SLICES",
     "KEYED", "OVERFLOW", "HUGE", "fill", "meta", "Case", "update", "P", "CATALOGUE", "SpecCase",
     "SPEC_CATALOGUE", "ZERO_CASES",
 ]
@@ -42,6 +42,15 @@ def rows(n: int, start: int = 0, *, episode_len: int = 2) -> TensorDict:
         },
         batch_size=[n],
     )
+
+
+def named_rows(trace, n: int, start: int = 0) -> TensorDict:
+    """:func:`rows`, named ``rows(n, start)`` in ``trace``'s snippet (if any)."""
+    data = rows(n, start)
+    if trace is not None:
+        trace.need("from rbcheck.harness.bad_input import rows")
+        trace.name(data, f"rows({n})" if start == 0 else f"rows({n}, {start})")
+    return data
 
 
 def declared(priority, conv) -> torch.Tensor:
@@ -66,11 +75,13 @@ OVERFLOW = PRIORITIZED.but(alpha=2.0)
 HUGE = 1e200
 
 
-def fill(buf, spec: BufferSpec, conv) -> None:
+def fill(buf, spec: BufferSpec, conv, trace=None) -> None:
+    """``WRITTEN`` rows (and two priorities, prioritized); ``trace``: a repro
+    trace whose snippet writes the rows as ``rows(WRITTEN)``."""
     if spec.priority_key:
         buf.extend(with_priority(WRITTEN, [0.5, 1.0, 2.0, 0.0 if conv.admits(0.0) else 0.125, 3.0], conv))
     else:
-        buf.extend(rows(WRITTEN))
+        buf.extend(named_rows(trace, WRITTEN))
     if spec.sampler == "prioritized":  # in the declared dtype, as every priority the suite hands over
         buf.update_priority(torch.tensor([0, 2]), conv.priorities([4.0, 0.25]))
 

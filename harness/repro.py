@@ -14,8 +14,8 @@ Rendering is exact or it is a name, never a wrong literal:
   directory the property declared with ``trace.directory``, relative to it);
 * tensors of up to :data:`LITERAL_LIMIT` elements as ``torch.tensor([...],
   dtype=...)`` (``torch.arange(n)`` when they are one; ``torch.empty`` of their
-  shape when they have no elements), TensorDicts of such tensors as
-  ``TensorDict({...}, batch_size=[...])``; objects of rbcheck's own classes
+  shape when they have no elements or no values, on the meta device), TensorDicts
+  of such tensors as ``TensorDict({...}, batch_size=[...])``; objects of rbcheck's own classes
   (specs, layouts, transforms) by their ``repr``, which rebuilds them;
 * anything else becomes a placeholder name declared at the top of the
   snippet (``arg1 = ...  # <what it was>: name it with trace.name``).
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any
 
 import torch
@@ -77,7 +77,7 @@ def render_tensor(t: torch.Tensor) -> str | None:
     """``t`` as an expression that rebuilds it exactly, or None (too large)."""
     t = t.detach()
     device = "" if t.device.type == "cpu" else f", device={str(t.device)!r}"
-    if t.numel() == 0:
+    if t.numel() == 0 or t.device.type == "meta":  # a meta tensor has a shape and a dtype, no values
         return f"torch.empty({list(t.shape)}, dtype={_dtype(t.dtype)}{device})"
     if t.dim() == 1 and t.dtype == torch.int64 and _same_bits(t.cpu(), torch.arange(len(t))):
         return f"torch.arange({len(t)}{device})"

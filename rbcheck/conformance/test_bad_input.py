@@ -65,6 +65,7 @@ from rbcheck.harness.bad_input import (
     ZERO_CASES,
     P,
     fill,
+    named_rows,
     rows,
 )
 from rbcheck.harness.oracle import reads_back, transform
@@ -106,13 +107,12 @@ def test_parameters_outside_the_declared_range_are_refused(impl, name):
     for value in outside(rng):
         spec = PRIORITIZED.but(**{name: value})
         trace = Trace(impl, spec)
-        trace.op(f"# (the line above is make(spec)) {name}={value!r} is outside the declared {rng.describe()}")
+        trace.note(f"(the line above is make(spec)) {name}={value!r} is outside the declared {rng.describe()}")
         error = None
         try:
-            buf = impl.make(spec)
+            buf = trace.wrap(impl.make(spec))
             if name == "beta":  # a per-sample argument in some buffers
-                fill(buf, spec, impl.conventions)
-                trace.op("buf.sample(4)")
+                fill(buf, spec, impl.conventions, trace)
                 buf.sample(4)
         except Exception as err:  # noqa: BLE001 - any refusal counts; ours are checked below
             error = err
@@ -122,10 +122,10 @@ def test_parameters_outside_the_declared_range_are_refused(impl, name):
             continue
         spec = PRIORITIZED.but(**{name: end})
         trace = Trace(impl, spec)
-        trace.op(f"# (the line above is make(spec)), then fill and sample(4): {name}={end!r}, a closed end of {rng.describe()}")
+        trace.note(f"(the line above is make(spec)): {name}={end!r}, a closed end of {rng.describe()}")
         try:
-            buf = impl.make(spec)
-            fill(buf, spec, impl.conventions)
+            buf = trace.wrap(impl.make(spec))
+            fill(buf, spec, impl.conventions, trace)
             buf.sample(4)
         except Exception as err:  # noqa: BLE001
             fail(f"make/sample with {name}={end!r}", f"<raised {type(err).__name__}: {err}>",
@@ -192,25 +192,24 @@ def assert_same_next_sample(impl, spec: BufferSpec, buf, twins, k: int, trace: T
       seed): :func:`assert_same_sampling`, distributional and exact per slot.
     """
     if spec.sampler == "prioritized" and not spec.priority_key and not empty and not reads_back(spec, impl):
-        trace.need("from rbcheck.harness.bad_input import rows")
-        trace.op(f"buf.extend(rows(1, {WRITTEN}))  # in every buffer: a new row takes the max priority")
+        trace.note("one more row, in the twins too: a new row takes the max priority")
         for b in (buf, *twins):
-            b.extend(rows(1, WRITTEN))
+            b.extend(named_rows(trace, 1, WRITTEN))
     a, b = (next_sample(t, k) for t in twins)
     if isinstance(a, str) or isinstance(b, str):
         if a != b:
             fail(f"untouched twins: sample({k})", f"<{a if isinstance(a, str) else 'returned'} vs. "
                  f"{b if isinstance(b, str) else 'returned'}>", "the same outcome (same spec, same calls)", trace)
-        trace.op(f"buf.sample({k})  # the twins raise {a}")
+        trace.note(f"the twins' sample({k}) raises {a}")
         assert_same(f"after the bad call: sample({k}) raises", next_sample(buf, k), a, trace)
         return
     if not (impl.conventions.seedable and same_draw(a, b)):
         assert_same_sampling(impl, buf, twins[0], k, trace)
         return
+    trace.note(f"sample({k}) vs. twins that never saw the bad call")
     got = next_sample(buf, k)
     if isinstance(got, str):
         fail(f"after the bad call: sample({k})", f"<raised {got}>", "the twin's sample", trace)
-    trace.op(f"buf.sample({k})  # vs. a twin that never saw the bad call")
     assert_td_equal(f"after the bad call: sample({k}) rows", got[0], a[0], trace)
     for key, value in a[1].items():
         assert_tensor_equal(f"after the bad call: sample({k}) info[{key!r}]", got[1].get(key), value, trace)
@@ -270,8 +269,8 @@ def assert_same_sampling(impl, buf, twin, k: int, trace: Trace) -> None:
 
     batch = 32 * k
     rounds = -(-DRAWS // batch)
-    trace.op(f"# {rounds} x buf.sample({batch}) vs. an untouched twin's: the same weight per slot, "
-             f"and slot counts alike (chi-square, false alarm {FALSE_ALARM:g})")
+    trace.note(f"{rounds} x buf.sample({batch}) vs. an untouched twin's: the same weight per slot, "
+               f"and slot counts alike (chi-square, false alarm {FALSE_ALARM:g})")
     got, want = draws(buf, batch, rounds), draws(twin, batch, rounds)
     if isinstance(got, str) or isinstance(want, str):
         assert_same(f"after the bad call: sample({batch}) raises",
@@ -332,13 +331,13 @@ def test_bad_input_is_refused_and_nothing_changes(impl, make_buffer, case):
                         f"declared {declared.describe()} (test_parameters_outside_the_declared_range_are_refused "
                         f"checks the refusal)")
     trace = Trace(impl, case.spec)
-    bufs = [make_buffer(case.spec) for _ in range(3)]
+    bufs = [trace.wrap(make_buffer(case.spec))] + [make_buffer(case.spec) for _ in range(2)]  # the twins
     for buf in bufs:
         if not case.empty:
-            fill(buf, case.spec, impl.conventions)
+            fill(buf, case.spec, impl.conventions, trace)
         if case.setup is not None:
             case.setup(buf, impl.conventions)
-    trace.op(f"# filled, then the bad call {case.id!r}")
+    trace.note(f"the bad call {case.id!r}")
     buf, twins = bufs[0], bufs[1:]
     before = snapshot(buf, case.spec, impl)
     error = None
@@ -364,20 +363,19 @@ def test_bad_buffer_description_is_refused(impl, case):
         pytest.skip(f"convention: eps_rule={impl.conventions.eps_rule} (the buffer takes no eps "
                     f"argument, so spec.eps never reaches it)")
     trace = Trace(impl, case.spec)
-    trace.op("# (the line above is make(spec))")
+    trace.note("(the line above is make(spec))")
     try:
-        buf = impl.make(case.spec)
+        buf = trace.wrap(impl.make(case.spec))
     except Exception as err:  # noqa: BLE001
         check_refusal(impl, err, case.arg, trace)
         return
     if not (case.deferred or (case.sample_arg and impl.name not in OURS)):
         fail(f"make({case.id})", "<built a buffer>", "an exception naming " + case.arg, trace)
-    fill(buf, case.spec, impl.conventions)
+    fill(buf, case.spec, impl.conventions, trace)
     before = snapshot(buf, case.spec, impl)
     # the spec's default batch size when it has one (the bad value may be it),
     # else a valid size, so that only the bad value can be refused
     size = None if case.spec.batch_size is not None else 4
-    trace.op(f"buf.sample({'' if size is None else size})")
     error = None
     try:
         buf.sample(size)
@@ -394,13 +392,13 @@ OTHER_FLOAT = {torch.float32: torch.float64, torch.float64: torch.float32}
 DTYPE_RAW = [6.0, 0.5]  # 6.0 above fill()'s max 4.0: a raised max shows
 
 
-def fill_in_own_dtype(buf, spec: BufferSpec, dtype: torch.dtype) -> None:
+def fill_in_own_dtype(buf, spec: BufferSpec, dtype: torch.dtype, trace: Trace | None = None) -> None:
     """:func:`fill` with every priority in the buffer's own dtype (a keyed
     spec stays empty: its rows carry the priority column, and a column of
     one dtype then another would be a wrong-dtype row, not this property)."""
     if spec.priority_key:
         return
-    buf.extend(rows(WRITTEN))
+    buf.extend(named_rows(trace, WRITTEN))
     buf.update_priority(torch.tensor([0, 2]), torch.tensor([4.0, 0.25], dtype=dtype))
 
 
@@ -435,15 +433,15 @@ def test_priority_in_the_other_float_dtype_is_taken_or_refused_cleanly(impl, mak
     own = impl.conventions.priority_dtype
     other = OTHER_FLOAT[own]
     trace = Trace(impl, spec)
-    buf, *twins = (make_buffer(spec) for _ in range(3))
+    buf, *twins = (trace.wrap(make_buffer(spec)), make_buffer(spec), make_buffer(spec))  # then the twins
     for each in (buf, *twins):
-        fill_in_own_dtype(each, spec, own)
+        fill_in_own_dtype(each, spec, own, trace)
     before = snapshot(buf, spec, impl)
-    trace.op(f"# then {path} with priorities {DTYPE_RAW} as {other} (the buffer's dtype: {own})")
+    trace.note(f"then {path} with priorities {DTYPE_RAW} as {other} (the buffer's dtype: {own})")
     try:
         call(buf, other)
     except Exception as err:  # noqa: BLE001 - a refusal; then nothing may have changed
-        trace.op(f"# raised {type(err).__name__}: {err}")
+        trace.note(f"raised {type(err).__name__}: {err}")
         assert_unchanged(snapshot(buf, spec, impl), before, trace)
         assert_same_next_sample(impl, spec, buf, twins, 4, trace, empty=bool(spec.priority_key))
         return

@@ -95,3 +95,12 @@ def test_failures_are_classified_by_type_not_by_their_text():
     assert "what" not in fields and fields["message"] == "AssertionError: len(buf)=3, but should be 4"
     fields = failure_fields(verdict)
     assert (fields["what"], fields["got"], fields["expected"], fields["call"]) == ("len(buf)", "3", "4", "extend(...)")
+
+
+def test_meta_tensors_are_written_by_shape_and_dtype():
+    """A meta tensor (a bad input of test_bad_input) has no values to write and
+    cannot be copied to the CPU: it is written as ``torch.empty`` on meta."""
+    t = torch.zeros(2, 3, dtype=torch.float64, device="meta")
+    assert render_tensor(t) == "torch.empty([2, 3], dtype=torch.float64, device='meta')"
+    back = eval(render_tensor(t), {"torch": torch})
+    assert back.device.type == "meta" and back.shape == t.shape and back.dtype == t.dtype

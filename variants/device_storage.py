@@ -282,13 +282,16 @@ class DeviceStorage(TensorStorage):
             packed[key].copy_(value)
         self._install(packed)
 
-    def _allocate(self, data: TensorDictBase) -> None:
+    def _allocate(self, data: TensorDictBase) -> TensorDictBase:
+        """The columns of ``data``'s layout, installed as the storage's data and
+        returned (the reference's ``set`` assigns what ``_allocate`` returns)."""
         layout = layout_of(columns(data))
         if self.device.type == "cpu":  # one array of rows; huge pages (fewer TLB misses)
             self._install(interleaved_columns(self.capacity, layout))
         else:
             self._install({key: torch.zeros((self.capacity, *shape), dtype=dtype, device=self.device)
                            for key, (shape, dtype) in layout.items()})
+        return self.data
 
     def _install(self, cols: dict) -> None:
         """Make ``cols`` (``{key: column}``, in layout order) the storage's data."""

@@ -71,11 +71,6 @@ def prioritized_setup(draw, conventions, readback: bool, priority_key: bool = Fa
     return spec, layout
 
 
-def _pri(conventions, values) -> str:
-    """The repro text of ``conventions.priorities(values)``."""
-    return f"torch.tensor({[float(v) for v in values]}, dtype={conventions.priority_dtype})"
-
-
 def check_priorities(impl, buf, oracle: PriorityOracle, trace: Trace, when: str) -> None:
     """The buffer holds what the oracle says (read back, or observed through a sample)."""
     spec = oracle.spec
@@ -94,7 +89,7 @@ def check_priorities(impl, buf, oracle: PriorityOracle, trace: Trace, when: str)
     if not bool((leaves > 0).any()):
         return  # eps = 0 and every priority 0: nothing can be drawn (test_bad_input checks the refusal)
     k = 4 * oracle.size
-    trace.op(f"rows, info = buf.sample({k})  # observe {when}")
+    trace.note(f"observe {when}")
     _, info = buf.sample(k)
     index = torch.as_tensor(info["index"]).cpu()
     live = (index >= 0) & (index < oracle.size)
@@ -120,22 +115,19 @@ def test_writer_default_priority_is_transformed_once(impl, data):
     Checked after every write; updates in between raise and lower it."""
     spec, layout = data.draw(_setup_strategy(impl), label="setup")
     conv = impl.conventions
-    trace, buf, oracle = start_prioritized(impl, spec, layout)
+    trace, buf, oracle, layout = start_prioritized(impl, spec, layout, record=True)
     next_id = 0
     for step in range(data.draw(st.integers(1, 4), label="rounds")):
         n = data.draw(st.integers(1, spec.capacity), label=f"extend size {step}")
-        trace.op(f"buf.extend(layout.batch({next_id}, {n}))")
         buf.extend(layout.batch(next_id, n))
         oracle.write(n)
         next_id += n
         check_priorities(impl, buf, oracle, trace, f"after extend {step}")
-        trace.op(f"buf.add(layout.row({next_id}))")
         slot = buf.add(layout.row(next_id))
         oracle.write(1)
         next_id += 1
         check_priorities(impl, buf, oracle, trace, f"after add {step}")
         raw = data.draw(priorities(conventions=conv), label=f"raise or lower slot {slot} {step}")
-        trace.op(f"buf.update_priority(torch.tensor([{slot}]), {_pri(conv, [raw])})")
         buf.update_priority(torch.tensor([slot]), conv.priorities([raw]))
         oracle.update([slot], [raw])
 
@@ -170,21 +162,18 @@ def test_updated_priority_is_transformed_once(impl, data):
     max raw priority seen."""
     spec, layout = data.draw(_setup_strategy(impl), label="setup")
     conv = impl.conventions
-    trace, buf, oracle = start_prioritized(impl, spec, layout, fill=spec.capacity)
+    trace, buf, oracle, layout = start_prioritized(impl, spec, layout, fill=spec.capacity, record=True)
     next_id = spec.capacity
     for step, op in enumerate(data.draw(_steps(spec.capacity, conv), label="operations")):
         if op[0] == "update":
             _, index, raw = op
-            trace.op(f"buf.update_priority(torch.tensor({index}), {_pri(conv, raw)})")
             buf.update_priority(torch.tensor(index), conv.priorities(raw))
             oracle.update(index, raw)
         elif op[0] == "extend":
-            trace.op(f"buf.extend(layout.batch({next_id}, {op[1]}))")
             buf.extend(layout.batch(next_id, op[1]))
             oracle.write(op[1])
             next_id += op[1]
         else:
-            trace.op(f"buf.add(layout.row({next_id}))")
             buf.add(layout.row(next_id))
             oracle.write(1)
             next_id += 1
@@ -200,19 +189,17 @@ def test_priority_key_in_data_is_transformed_once(impl, data):
     becomes max(1.0, every p)."""
     spec, layout = data.draw(_setup_strategy(impl, priority_key=True), label="setup")
     conv = impl.conventions
-    trace, buf, oracle = start_prioritized(impl, spec, layout)
+    trace, buf, oracle, layout = start_prioritized(impl, spec, layout, record=True)
     next_id = 0
     for step in range(data.draw(st.integers(1, 3), label="rounds")):
         n = data.draw(st.integers(1, spec.capacity), label=f"extend size {step}")
         raw = data.draw(st.lists(priorities(conventions=conv), min_size=n, max_size=n),
                         label=f"raw priorities {step}")
-        trace.op(f"buf.extend(layout.batch({next_id}, {n}, priority={_pri(conv, raw)}))")
         buf.extend(layout.batch(next_id, n, priority=conv.priorities(raw)))
         oracle.write(n, raw)
         next_id += n
         check_priorities(impl, buf, oracle, trace, f"after extend {step}")
         p = data.draw(priorities(conventions=conv), label=f"added row priority {step}")
-        trace.op(f"buf.add(layout.row({next_id}, priority={_pri(conv, [p])}[0]))")
         buf.add(layout.row(next_id, priority=conv.priorities([p])[0]))
         oracle.write(1, [p])
         next_id += 1

@@ -116,10 +116,6 @@ def _draw_counts(
     calls of the sizes of ``schedule``); every index checked live first."""
     counts = torch.zeros(size, dtype=torch.float64)
     sizes = schedule if schedule is not None else (batch,) * (draws // batch)
-    if len(set(sizes)) == 1:
-        trace.op(f"for _ in range({len(sizes)}): rows, info = buf.sample({sizes[0]})")
-    else:
-        trace.op(f"for b in {list(sizes)}: rows, info = buf.sample(b)")
     for b in sizes:
         _, info = buf.sample(b)
         index = live_index(info["index"], size, trace)
@@ -133,7 +129,6 @@ def _draw_table(buf, size: int, batch: int, trace: Trace, draws: int = DRAWS) ->
     """``[batch, size]``: how often draw ``k`` of a batch picked slot ``i``."""
     table = torch.zeros(batch, size, dtype=torch.float64)
     rounds = draws // batch
-    trace.op(f"for _ in range({rounds}): rows, info = buf.sample({batch})")
     position = torch.arange(batch)
     for _ in range(rounds):
         _, info = buf.sample(batch)
@@ -157,13 +152,12 @@ def test_uniform_sampling_matches_closed_form(impl, capacity, written):
     the case checks, exactly, that every draw is that slot."""
     spec = BufferSpec(capacity=capacity, sampler="random", seed=12345 + capacity)
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
     done = 0
     while done < written:
         n = min(capacity, written - done)
-        trace.op(f"buf.extend(layout.batch({done}, {n}))")
-        buf.extend(LAYOUT.batch(done, n))
+        buf.extend(layout.batch(done, n))
         done += n
     size = min(capacity, written)
     # one test id per case, and the message of old ("slot frequencies: chi-square ..."): known-failure
@@ -208,13 +202,12 @@ def _prioritized_buffer(impl, capacity, alpha, eps, raw, seed, beta=0.4):
     why = _declared(impl, spec)
     if why:
         pytest.skip(why)
-    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=capacity)
+    trace, buf, oracle, _ = start_prioritized(impl, spec, LAYOUT, fill=capacity, record=True)
     if raw is not None:
         # a buffer that refuses 0 (conventions.positive_priorities) gets 1e-3
         # there: the closed form still holds; the refusal is a bad-input case
         raw = [r if conv.admits(r) else 1e-3 for r in raw]
         pri = conv.priorities(raw)
-        trace.op(f"buf.update_priority(torch.arange({capacity}), torch.tensor({raw}, dtype={pri.dtype}))")
         buf.update_priority(torch.arange(capacity), pri)
         oracle.update(torch.arange(capacity), raw)
     return buf, trace, oracle
@@ -271,7 +264,6 @@ def test_draws_within_a_batch_are_independent(impl):
     p = oracle.probabilities()
     table = torch.zeros(batch, size, dtype=torch.float64)
     pairs = torch.zeros(size, size, dtype=torch.float64)
-    trace.op(f"for _ in range({rounds}): rows, info = buf.sample({batch})")
     for _ in range(rounds):
         _, info = buf.sample(batch)
         index = live_index(info["index"], size, trace)
@@ -307,11 +299,10 @@ def test_slice_sampling_matches_closed_form(impl, case):
         capacity=capacity, sampler="slice", slice_len=slice_len, strict_length=True, seed=7 + case
     )
     trace = Trace(impl, spec)
-    trace.let("episodes", layout)
-    buf = impl.make(spec)
-    data = layout.batch()
+    episodes = trace.source("episodes", layout)
+    buf = trace.wrap(impl.make(spec))
+    data = episodes.batch()
     for start in range(0, layout.total, capacity):
-        trace.op(f"buf.extend(episodes.batch()[{start}:{start + capacity}])")
         buf.extend(data[start : start + capacity])
     runs = [r for r in layout.surviving(capacity) if len(r) >= slice_len]
     probs = torch.zeros(capacity, dtype=torch.float64)
@@ -322,7 +313,6 @@ def test_slice_sampling_matches_closed_form(impl, case):
     counts = torch.zeros(capacity, dtype=torch.float64)
     batch = 1000 * slice_len
     for _ in range(DRAWS // 1000):
-        trace.op(f"rows, info = buf.sample({batch})")
         _, info = buf.sample(batch)
         index = live_index(info["index"], min(capacity, layout.total), trace)
         counts += torch.bincount(index[::slice_len], minlength=capacity).to(torch.float64)
@@ -339,13 +329,11 @@ def test_short_episodes_are_sliced_only_without_strict_length(impl, strict):
     layout = EpisodeLayout((2, 6, 6))
     spec = BufferSpec(capacity=14, sampler="slice", slice_len=4, strict_length=strict, seed=21)
     trace = Trace(impl, spec)
-    trace.let("episodes", layout)
-    buf = impl.make(spec)
-    trace.op("buf.extend(episodes.batch())")
-    buf.extend(layout.batch())
+    episodes = trace.source("episodes", layout)
+    buf = trace.wrap(impl.make(spec))
+    buf.extend(episodes.batch())
     short = slices = 0
     for _ in range(20):
-        trace.op("rows, info = buf.sample(400)")
         rows, _ = buf.sample(400)
         episode = rows["episode"].cpu().tolist()
         p = 0
@@ -380,7 +368,6 @@ def test_weights_are_normalised_as_declared(impl, beta):
     raw = [rare] + [1.0 + (i * 7 % 10) for i in range(1, capacity)]
     buf, trace, oracle = _prioritized_buffer(impl, capacity, 1.0, 1e-3, raw, 5, beta=beta)
     for _ in range(5):
-        trace.op("rows, info = buf.sample(8)")
         _, info = buf.sample(8)
         index = live_index(info["index"], capacity, trace)
         if "weight" not in info:
@@ -408,11 +395,11 @@ def test_same_uniforms_give_same_indices_as_reference(impl, reference_impl, data
         st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=16), label="uniforms"
     )
     trace = Trace(impl, spec)
-    trace.let("layout", layout)
-    buf, ref = impl.make(spec), reference_impl.make(model_spec(spec, impl.conventions))
+    source = trace.source("layout", layout)
+    buf, ref = trace.wrap(impl.make(spec)), reference_impl.make(model_spec(spec, impl.conventions))
     conv = impl.conventions
     oracle = PriorityOracle(spec, conv) if spec.sampler == "prioritized" else None
-    replay(buf, layout, ops, trace, conventions=conv, oracle=oracle)
+    replay(buf, source, ops, trace, conventions=conv, oracle=oracle)
     ref_oracle = PriorityOracle(spec, conv) if spec.sampler == "prioritized" else None
     replay(ref, layout, ops, Trace(reference_impl, spec), conventions=conv, oracle=ref_oracle)
     if spec.sampler == "prioritized":
@@ -422,11 +409,9 @@ def test_same_uniforms_give_same_indices_as_reference(impl, reference_impl, data
         if max(raw) == 0.0:
             raw[0] = 1.0
         pri = conv.priorities(raw)
-        trace.op(f"buf.update_priority(torch.arange({n}), torch.tensor({raw}, dtype={pri.dtype}))")
         buf.update_priority(torch.arange(n), pri.clone())
         ref.update_priority(torch.arange(n), pri.clone())
     uu = torch.tensor(u, dtype=torch.float64)
-    trace.op(f"buf.indices_from_uniforms(torch.tensor({u}, dtype=torch.float64))")
     got = buf.indices_from_uniforms(uu.clone())
     assert_tensor_equal(
         "indices_from_uniforms(u)",
@@ -467,8 +452,7 @@ def test_stale_priority_updates_are_ignored(impl, data):
     conv = impl.conventions
     spec, k, overwrite, raw = data.draw(stale_setups(conv), label="setup")
     cap = spec.capacity
-    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=cap)
-    trace.op(f"rows, info = buf.sample({k})")
+    trace, buf, oracle, layout = start_prioritized(impl, spec, LAYOUT, fill=cap, record=True)
     _, info = buf.sample(k)
     if "generation" not in info:
         fail(
@@ -479,14 +463,10 @@ def test_stale_priority_updates_are_ignored(impl, data):
         )
     index, generation = live_index(info["index"], cap, trace), info["generation"]
     serials = oracle.serials(index)
-    trace.op(f"buf.extend(layout.batch({cap}, {overwrite}))  # overwrites slots 0..{overwrite - 1}")
-    buf.extend(LAYOUT.batch(cap, overwrite))
+    trace.note(f"overwrites slots 0..{overwrite - 1}")
+    buf.extend(layout.batch(cap, overwrite))
     oracle.write(overwrite)
     pri = conv.priorities(raw)
-    trace.op(
-        f"buf.update_priority(torch.tensor({index.tolist()}), torch.tensor({raw}, dtype={pri.dtype}), "
-        f"generation=torch.tensor({generation.cpu().tolist()}))"
-    )
     buf.update_priority(index.clone(), pri, generation.clone())
     oracle.update(index, raw, serials)
     tol = priority_tolerance(conv.priority_dtype, spec.alpha)

@@ -52,7 +52,6 @@ def _counts(buf, size: int, trace: Trace, draws: int = DRAWS, batch: int = 5_000
     shape = (strata, size) if strata else (size,)
     counts = torch.zeros(shape, dtype=torch.float64)
     batch = strata or batch
-    trace.op(f"for _ in range({draws // batch}): rows, info = buf.sample({batch})")
     for _ in range(draws // batch):
         _, info = buf.sample(batch)
         index = torch.as_tensor(info["index"]).cpu().reshape(-1)
@@ -110,21 +109,13 @@ def test_sampling_mass_survives_long_update_sequences(impl, case):
     spec = BufferSpec(capacity=capacity, sampler="prioritized", alpha=1.0, beta=0.4, eps=1e-6,
                       seed=4000 + case, layout=LAYOUT.spec_layout())
     _skip_undeclared(impl, spec)
-    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=capacity)
+    trace, buf, oracle, _ = start_prioritized(impl, spec, LAYOUT, fill=capacity, record=True)
     base = [0.5 + (7 * i % 8) / 2 for i in range(capacity)]
-    trace.op(f"buf.update_priority(torch.arange({capacity}), torch.tensor({base}, dtype={conv.priority_dtype}))")
     buf.update_priority(torch.arange(capacity), conv.priorities(base))
     oracle.update(torch.arange(capacity), base)
     gen = torch.Generator().manual_seed(77 + case)
     per_round = small // rounds // 10
     trace.let("gen", None, f"torch.Generator().manual_seed({77 + case})")
-    trace.op(f"for r in range({rounds}):\n"
-             f"    buf.update_priority(torch.tensor([{hot}]), torch.tensor([1e8], dtype={conv.priority_dtype}))\n"
-             f"    buf.update_priority(torch.tensor([{hot}]), torch.tensor([{base[hot]}], dtype={conv.priority_dtype}))\n"
-             f"    for _ in range({per_round}):\n"
-             f"        index = torch.randint(0, {capacity}, (10,), generator=gen)\n"
-             f"        raw = 1 + (torch.randint(-16, 17, (10,), generator=gen).double() / 64)\n"
-             f"        buf.update_priority(index, raw.to({conv.priority_dtype}))")
     for _ in range(rounds):
         for raw in ([1e8], [base[hot]]):
             buf.update_priority(torch.tensor([hot]), conv.priorities(raw))
@@ -132,7 +123,11 @@ def test_sampling_mass_survives_long_update_sequences(impl, case):
         for _ in range(per_round):
             index = torch.randint(0, capacity, (10,), generator=gen)
             raw = 1 + (torch.randint(-16, 17, (10,), generator=gen).double() / 64)
-            buf.update_priority(index, raw.to(conv.priority_dtype))
+            # named by the calls that make them: the snippet draws the same from its own gen, in this order
+            trace.name(index, f"torch.randint(0, {capacity}, (10,), generator=gen)")
+            pri = trace.name(raw.to(conv.priority_dtype), "(1 + (torch.randint(-16, 17, (10,), generator=gen)"
+                             f".double() / 64)).to({conv.priority_dtype})")
+            buf.update_priority(index, pri)
             oracle.update(index, raw)
     _check_frequencies(impl, buf, oracle, trace, f"after {rounds} rounds of 1e8 and back and {small} small updates")
 
@@ -211,13 +206,11 @@ def test_boundary_masses_map_to_the_right_slot(impl, case):
                       seed=900 + case, layout=LAYOUT.spec_layout())
     _skip_undeclared(impl, spec)
     n = len(raw)
-    trace, buf, oracle = start_prioritized(impl, spec, LAYOUT, fill=n)
+    trace, buf, oracle, _ = start_prioritized(impl, spec, LAYOUT, fill=n, record=True)
     pri = conv.priorities(raw)
-    if text is None:
-        trace.op(f"buf.update_priority(torch.arange({n}), torch.tensor({raw}, dtype={pri.dtype}))")
-    else:  # thousands of rows: the Python that builds them
+    if text is not None:  # thousands of rows: the Python that builds them
         trace.let("raw", None, text)
-        trace.op(f"buf.update_priority(torch.arange({n}), raw.to({pri.dtype}))")
+        trace.name(pri, f"raw.to({pri.dtype})")
     buf.update_priority(torch.arange(n), pri)
     oracle.update(torch.arange(n), raw)
     leaves = oracle.leaves()
@@ -237,7 +230,6 @@ def test_boundary_masses_map_to_the_right_slot(impl, case):
     below = [math.nextafter(b, 0.0) for b in bounds if b > 0]
     u_list = sorted({0.0, *bounds, *below, 1.0 - 2.0**-53})
     u = torch.tensor(u_list, dtype=torch.float64)
-    trace.op(f"buf.indices_from_uniforms(torch.tensor({u_list}, dtype=torch.float64))")
     got = torch.as_tensor(buf.indices_from_uniforms(u.clone())).cpu()
     assert_tensor_equal("indices_from_uniforms(u at 0, on and just below each prefix boundary, near 1)",
                         got, _expected_slots(leaves, u), trace)

@@ -199,9 +199,6 @@ def test_the_readme_names_every_builtin():
 HAND_WRITTEN_REPROS_FOR_NOW: frozenset[str] = frozenset({
     'test_concurrency.py',
     'test_ownership.py',
-    'test_priority_transform.py',
-    'test_sampling_distributions.py',
-    'test_sampling_mass.py',
     'test_sampling_without_replacement.py',
 })
 #: Names the conformance files give buffers (``buf``, ``buf2``, ``twin``, ...):

@@ -27,19 +27,14 @@ writes the table (docs/results/add.md).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
-import random
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench import interleaved
 from bench.faces import Peer, spec_for
 
 DATA = Path("docs/results/data/add_speed.json")
@@ -106,12 +101,7 @@ def cells(capacity: int, data: list[dict]) -> tuple[dict, dict]:
 
 
 def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "unknown"
+    return interleaved.version(dist, "unknown")
 
 
 def check_add_is_extend(capacity: int, data: list[dict]) -> None:
@@ -140,23 +130,9 @@ def measure(capacity: int, reps: int, runs: int) -> dict:
     for fn in calls.values():  # warm up
         for i in range(64):
             fn(i)
-    medians = {name: [] for name in calls}
-    load0 = os.getloadavg()[0]
-    for run in range(runs):
-        times = {name: [] for name in calls}
-        order = list(calls.items())
-        for rep in range(reps):
-            random.Random(f"{run}/{rep}").shuffle(order)
-            for name, fn in order:
-                t = time.perf_counter()
-                fn(rep)
-                times[name].append(time.perf_counter() - t)
-        for name, ts in times.items():
-            medians[name].append(statistics.median(ts))
+    medians, load = interleaved.medians(calls, reps, runs, pass_rep=True)
     return {"what": "one row per call, medians of interleaved calls (seconds); ratio = cell / rbcheck add (numpy)",
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-            "machine": {"cpu": platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
-                        "load_average": [round(load0, 1), round(os.getloadavg()[0], 1)]},
+            "date": interleaved.today(), "machine": interleaved.machine(load),
             "sizes": {"capacity": capacity, "reps": reps, "runs": runs,
                       "row": "obs f32[8], next_obs f32[8], action f32[2], reward f32, done f32"},
             "versions": versions, "medians_s": medians,
@@ -181,9 +157,7 @@ def render(report: dict) -> str:
         version = versions.get(peer, "") if peer else "torch " + report["machine"]["torch"]
         ratio = "1 (the base)" if name == BASE else ", ".join(f"{r:.2f}x" for r in report["ratios"][name])
         lines.append(f"| {name} | {version} | {', '.join(f'{m * 1e6:.1f}' for m in ms)} | {ratio} |")
-    missing = [f"{k}: {v}" for k, v in versions.items() if v.startswith("not ")]
-    if missing:
-        lines += ["", "Not timed here: " + "; ".join(missing) + "."]
+    lines += interleaved.not_timed(versions)
     return "\n".join(lines) + "\n"
 
 

@@ -38,23 +38,20 @@ does. ``--render`` writes ``docs/results/checkpoint.md`` from the JSON.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import hashlib
 import json
 import os
 import platform
-import random
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench import interleaved
 from bench.faces import Peer, spec_for
 
 DATA = Path("docs/results/data/checkpoint_speed.json")
@@ -77,12 +74,7 @@ GUARANTEES = {
 
 
 def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
+    return interleaved.version(dist, "not installed")
 
 
 def _files(path: Path) -> dict:
@@ -201,19 +193,7 @@ def measure(capacity: int, width: int, reps: int, runs: int, peers: bool) -> dic
         calls, versions, nbytes = cells(capacity, width, tmp, peers)
         sizes = {name.split()[0]: _bytes_on_disk(tmp / name.split()[0]) for name in calls
                  if name.endswith(" save") and (tmp / name.split()[0]).exists()}
-        medians = {name: [] for name in calls}
-        load0 = os.getloadavg()[0]
-        for run in range(runs):
-            times = {name: [] for name in calls}
-            order = list(calls.items())
-            for rep in range(reps):
-                random.Random(f"{run}/{rep}").shuffle(order)
-                for name, fn in order:
-                    t = time.perf_counter()
-                    fn()
-                    times[name].append(time.perf_counter() - t)
-            for name, ts in times.items():
-                medians[name].append(statistics.median(ts))
+        medians, load = interleaved.medians(calls, reps, runs, pass_rep=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ratios = {f"{a} / {b}": [x / y for x, y in zip(medians[a], medians[b], strict=True)]
@@ -221,10 +201,8 @@ def measure(capacity: int, width: int, reps: int, runs: int, peers: bool) -> dic
     return {"what": "medians of interleaved calls (seconds); ratios per run: save / plain write + fsync and "
                     f"load / plain read into new memory (the goals, <= {GOAL}), load / plain read into new "
                     "huge-page memory (a stricter floor)",
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-            "machine": {"cpu": platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
-                        "python": platform.python_version(),
-                        "load_average": [round(load0, 1), round(os.getloadavg()[0], 1)]},
+            "date": interleaved.today(),
+            "machine": interleaved.machine(load, python=platform.python_version()),
             "sizes": {"capacity": capacity, "width": width, "reps": reps, "runs": runs, "checkpoint_bytes": nbytes,
                       "row": f"obs f32[{width}], action f32[2], reward f32"},
             "versions": versions, "bytes_on_disk": sizes, "medians_s": medians, "ratios": ratios,
@@ -265,9 +243,7 @@ def render(report: dict) -> str:
             guarantee = "the same files and checks as rbcheck's (the spec's path: safetensors bytes, one more copy)"
         size = sizes.get(lib, "")
         lines.append(f"| {name} | {version} | {size} | {', '.join(f'{x * 1e3:.1f}' for x in ms)} | {guarantee} |")
-    missing = [f"{k}: {v}" for k, v in versions.items() if v.startswith("not ")]
-    if missing:
-        lines += ["", "Not timed here: " + "; ".join(missing) + "."]
+    lines += interleaved.not_timed(versions)
     return "\n".join(lines) + "\n"
 
 

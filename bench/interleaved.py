@@ -1,0 +1,64 @@
+"""What the one-process speed tables (``bench/add_speed.py``,
+``bench/checkpoint_speed.py``) share: cells timed interleaved (every
+repetition calls every cell once, in an order shuffled by the run and
+repetition numbers), a median per cell and run, the machine they ran on, the
+versions of the packages timed, and the table's line naming what was not
+timed. Cost: ``runs * reps * len(calls)`` calls and as many clock reads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def medians(calls: dict[str, Callable], reps: int, runs: int, pass_rep: bool) -> tuple[dict, list]:
+    """Each cell's median seconds per run, and the load average before and after; a cell is called
+    with the repetition number when ``pass_rep``, with nothing else."""
+    out = {name: [] for name in calls}
+    load0 = os.getloadavg()[0]
+    for run in range(runs):
+        times = {name: [] for name in calls}
+        order = list(calls.items())
+        for rep in range(reps):
+            random.Random(f"{run}/{rep}").shuffle(order)
+            for name, fn in order:
+                t = time.perf_counter()
+                fn(rep) if pass_rep else fn()
+                times[name].append(time.perf_counter() - t)
+        for name, ts in times.items():
+            out[name].append(statistics.median(ts))
+    return out, [round(load0, 1), round(os.getloadavg()[0], 1)]
+
+
+def today() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def machine(load_average: list, **extra) -> dict:
+    return {"cpu": platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__, **extra,
+            "load_average": load_average}
+
+
+def version(dist: str, missing: str) -> str:
+    """The installed version of ``dist``, ``missing`` where it is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed(dist)
+    except PackageNotFoundError:
+        return missing
+
+
+def not_timed(versions: dict) -> list[str]:
+    """The table's closing lines naming the packages not timed here (their version says ``not ...``)."""
+    missing = [f"{k}: {v}" for k, v in versions.items() if v.startswith("not ")]
+    return ["", "Not timed here: " + "; ".join(missing) + "."] if missing else []

@@ -24,9 +24,9 @@ def _prioritized_reason() -> str | None:
                                      "against this torch)")
 
 
-class TorchRLRaw(RawCalls):
-    """``TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), batch_size=spec.batch_size,
-    sampler=PrioritizedSampler(capacity, alpha, beta, eps), priority_key="priority")``."""
+class TorchRLFace(RawCalls):
+    """What every raw face over a TorchRL buffer shares (this one and ``torchrl_ray_raw``'s): the
+    ``torchrl`` adapter's conventions, and no prioritized calls without TorchRL's C++ extension."""
 
     conventions = CONVENTIONS
 
@@ -39,6 +39,11 @@ class TorchRLRaw(RawCalls):
     @classmethod
     def extends_prioritized(cls):
         return cls.why_not("sample_prioritized") is None
+
+
+class TorchRLRaw(TorchRLFace):
+    """``TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), batch_size=spec.batch_size,
+    sampler=PrioritizedSampler(capacity, alpha, beta, eps), priority_key="priority")``."""
 
     def __init__(self, spec):
         super().__init__(spec)

@@ -22,30 +22,16 @@ from typing import Any
 
 import torch
 
-from rbcheck.harness.adapters.torchrl import CONVENTIONS
-from rbcheck.harness.adapters.torchrl_raw import TorchRLRaw, _prioritized_reason
-from rbcheck.harness.raw_calls import RawCalls
+from rbcheck.harness.adapters.torchrl_raw import TorchRLFace, TorchRLRaw
 
 #: Seconds any Ray call of the benchmark may take.
 TIMEOUT_S = 600
 
 
-class TorchRLRayRaw(RawCalls):
+class TorchRLRayRaw(TorchRLFace):
     """``served_class()(storage=partial(LazyTensorStorage, capacity), sampler=PrioritizedSampler
     (capacity, alpha, beta) or RandomSampler, service_backend="ray", service_backend_options=
     {"remote_config": {"num_cpus": 0}})``."""
-
-    conventions = CONVENTIONS
-
-    @classmethod
-    def why_not(cls, op):
-        if op in ("sample_prioritized", "update_priorities") and _prioritized_reason():
-            return _prioritized_reason()
-        return super().why_not(op)
-
-    @classmethod
-    def extends_prioritized(cls):
-        return cls.why_not("sample_prioritized") is None
 
     def __init__(self, spec):
         super().__init__(spec)

@@ -91,9 +91,10 @@ def _run(impl, spec, workload, trace, save_to=None):
     path, the failing one included."""
     from rbcheck.harness.concurrency import run_workload
 
-    buf = impl.make(spec)
+    buf = impl.make(spec)  # not recorded: the workload's threads call it, the snippet runs the workload
     try:
-        trace.op(f"record = run_workload(buf, {workload!r}" + (", save_to=path)" if save_to else ")"))
+        saving = "" if save_to is None else f", save_to={trace.render(save_to)}"
+        trace.op(f"record = run_workload(buf, {workload!r}{saving})")
         record = run_workload(buf, workload, save_to=save_to)
         if record.errors:
             first = record.errors[0]
@@ -111,7 +112,7 @@ def _run(impl, spec, workload, trace, save_to=None):
 def _trace(impl, spec) -> Trace:
     trace = Trace(impl, spec)
     trace.lets.append("from rbcheck.harness.concurrency import Workload, run_workload")
-    trace.lets.append("from rbcheck.harness.concurrency_checks import State")
+    trace.lets.append("from rbcheck.harness.concurrency_checks import State, make_rows")
     return trace
 
 
@@ -158,7 +159,7 @@ def test_concurrent_writes_lose_and_duplicate_nothing(impl, data):
     trace = _trace(impl, spec)
     with _run(impl, spec, workload, trace) as (buf, record):
         state = State.of(buf, spec.capacity)
-        trace.op("state = State.of(buf, capacity)")
+        trace.op(f"state = State.of(buf, {spec.capacity})")
         bad = torn_rows(state.rows, workload.totals)
         if bad:
             fail("rows held after the writers finished: torn or unwritten rows", bad, "none", trace)
@@ -267,7 +268,7 @@ def test_checkpoint_taken_during_writes_is_a_consistent_snapshot(impl, data):
     workload = data.draw(workloads(checkpoint=True, saves=MAX_SAVES, max_extends=RACE_EXTENDS), label="workload")
     spec = BufferSpec(capacity=data.draw(capacities_for(workload), label="capacity"))
     trace = _trace(impl, spec)
-    tmp = Path(tempfile.mkdtemp(prefix="rbcheck-concurrent-"))
+    tmp = trace.directory(Path(tempfile.mkdtemp(prefix="rbcheck-concurrent-")))
     try:
         with _run(impl, spec, workload, trace, save_to=tmp / "ckpt") as (_, record):
             for n, path in enumerate(record.checkpoints):
@@ -280,9 +281,8 @@ def _check_snapshot(impl, spec, workload, trace, path, n: int, count: int) -> No
     """Checkpoint ``n`` (of ``count``), at ``path``, loads into a state the
     interleaving passed through, samples whole rows and accepts writes."""
     which = f"checkpoint {n} of {count}"
-    loaded = impl.make(spec)
+    loaded = trace.make(spec, f"loaded{n}")
     try:
-        trace.op(f"loaded = load_adapter(...).make(spec); loaded.load(record.checkpoints[{n}])")
         try:
             loaded.load(path)
         except Exception as err:  # noqa: BLE001
@@ -300,7 +300,8 @@ def _check_snapshot(impl, spec, workload, trace, path, n: int, count: int) -> No
             fail(f"sample of the loaded {which}: torn or unwritten rows", bad, "none", trace)
         extra = len(workload.writers)  # a new writer id
         n = 3
-        slots = torch.as_tensor(loaded.extend(make_rows(extra, 0, n, workload.width))).reshape(-1).tolist()
+        rows = trace.name(make_rows(extra, 0, n, workload.width), f"make_rows({extra}, 0, {n}, {workload.width})")
+        slots = torch.as_tensor(loaded.extend(rows)).reshape(-1).tolist()
         want = [(state.write_count + i) % spec.capacity for i in range(n)]
         if slots != want or loaded.write_count != state.write_count + n:
             fail(f"extend after loading {which}: (slots, write_count)", (slots, loaded.write_count),

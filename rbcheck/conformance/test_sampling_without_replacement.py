@@ -123,6 +123,44 @@ def test_an_epoch_draws_every_held_slot_exactly_once(impl, setup, data):
                 fail(f"slots drawn in an epoch of {n0}", len(order), want, trace)
 
 
+@pytest.mark.conventions("sampler_rules")
+@pytest.mark.parametrize("capacity,batch", [(10, 3), (7, 2), (64, 48), (4097, 1000)])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_an_epochs_tail_follows_drop_last(impl, capacity, batch, drop_last):
+    """exact, fixed cases (an epoch whose size is not a multiple of the
+    batch, drawn to its end): with ``drop_last`` the ``n0 % batch`` tail is
+    never returned and the sample after the last full batch starts a new
+    epoch (every slot again); without it the last batch is the tail, short."""
+    spec = BufferSpec(capacity=capacity, sampler="without_replacement", drop_last=drop_last, shuffle=True,
+                      seed=capacity + batch, layout=LAYOUT.spec_layout(), batch_size=batch)
+    trace = Trace(impl, spec)
+    trace.let("layout", LAYOUT)
+    buf = impl.make(spec)
+    trace.op(f"buf.extend(layout.batch(0, {capacity}))")
+    buf.extend(LAYOUT.batch(0, capacity))
+    full, tail = divmod(capacity, batch)
+    seen: list[int] = []
+    for k in range(full):
+        _, index = drawn_index(buf, batch, trace, f"(batch {k} of an epoch of {capacity} slots)")
+        seen += index.tolist()
+    if len(set(seen)) != len(seen):
+        fail(f"slots drawn twice in the epoch's {full} full batches", len(seen) - len(set(seen)), 0, trace)
+    _, index = drawn_index(buf, batch, trace, f"(after the epoch's {full} full batches)")
+    if drop_last:
+        if len(index) != batch:
+            fail(f"len(info['index']) after the last full batch, drop_last=True", len(index), batch, trace,
+                 f"the {tail} slots left are a short tail: dropped, a new epoch begins")
+        if set(index.tolist()) <= set(range(capacity)) - set(seen) and tail < batch:
+            fail("the batch after the last full one, drop_last=True", sorted(index.tolist())[:8],
+                 "a batch of a new epoch (the tail is dropped)", trace)
+    else:
+        if len(index) != tail:
+            fail(f"len(info['index']) of the epoch's last batch, drop_last=False", len(index), tail, trace)
+        if set(index.tolist()) & set(seen):
+            fail("the tail of the epoch, drop_last=False", sorted(set(index.tolist()) & set(seen))[:8],
+                 "only slots not drawn yet in the epoch", trace)
+
+
 @pytest.mark.requires("save_load")
 @pytest.mark.exact_replay
 @given(data=st.data())

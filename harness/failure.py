@@ -77,6 +77,7 @@ class Trace:
         self._names: dict[int, tuple[Any, Any, str]] = {}  # id -> (object, snapshot, expr)
         self._dirs: list[tuple[str, str]] = []
         self._placeholders = 0
+        self._bind: str | None = None
 
     # -- recording --------------------------------------------------------
     def let(self, name: str, value: Any, expr: str | None = None) -> Any:
@@ -156,6 +157,23 @@ class Trace:
         """A comment in the snippet."""
         self.ops.append("\n".join("# " + line for line in str(text).splitlines()))
 
+    def bind(self, target: str = "") -> None:
+        """Write the next recorded call (an observer such as ``contents()``
+        too) as ``<target> = <call>``, and name its result so later calls
+        render it by that name: ``trace.bind("rows, info")`` then
+        ``buf.sample(4)`` is written ``rows, info = buf.sample(4)``;
+        ``trace.bind()`` writes the next call without binding it (an
+        observer the snippet should show)."""
+        self._bind = target
+
+    def _bound(self, out: Any, target: str) -> None:
+        names = [n.strip() for n in target.split(",") if n.strip()]
+        if len(names) == 1 and "," not in target:
+            self.name(out, names[0])
+        elif isinstance(out, (tuple, list)) and len(out) == len(names):
+            for value, name in zip(out, names):
+                self.name(value, name)
+
     def render(self, value: Any) -> str:
         from rbcheck.harness.repro import render
 
@@ -169,6 +187,18 @@ class Trace:
         if method == "iterate":
             self.need("import itertools")
         entry = Call(f"{var}.{method}({', '.join(parts)})")
+        target, self._bind = self._bind, None
+        if target is not None:  # bound (or asked for): written, observer or not
+            entry.bound = target
+            self.ops.append(entry)
+            try:
+                out = fn(*args, **kwargs)
+            except Exception as err:
+                entry.raised = type(err).__name__
+                raise
+            if target:
+                self._bound(out, target)
+            return out
         if method in OBSERVERS:  # a read the property checks: written only if it raised
             try:
                 return fn(*args, **kwargs)

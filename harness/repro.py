@@ -20,6 +20,8 @@ Rendering is exact or it is a name, never a wrong literal:
 * anything else becomes a placeholder name declared at the top of the
   snippet (``arg1 = ...  # <what it was>: name it with trace.name``).
 
+A call the property bound (``trace.bind("rows, info")`` before it) is
+written ``rows, info = buf.sample(4)``, and its results are named so.
 A call that raised is written so the snippet goes on as the property did
 (``try: buf.load(path)`` / ``except Exception as err: print(repr(err))``), and
 an iterator a call returned is written as far as it was consumed
@@ -193,12 +195,14 @@ class Call:
     consumed so far)."""
 
     def __init__(self, text: str) -> None:
-        self.text, self.raised, self.consumed = text, "", None
+        self.text, self.raised, self.consumed, self.bound = text, "", None, ""
 
     def __str__(self) -> str:
         text = self.text
         if self.consumed is not None:
             text = f"list(itertools.islice({text}, {self.consumed}))"
+        if self.bound:
+            text = f"{self.bound} = {text}"
         if self.raised:
             return f"try: {text}\nexcept Exception as err: print(repr(err))  # raised {self.raised}"
         return text

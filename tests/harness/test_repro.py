@@ -104,3 +104,35 @@ def test_meta_tensors_are_written_by_shape_and_dtype():
     assert render_tensor(t) == "torch.empty([2, 3], dtype=torch.float64, device='meta')"
     back = eval(render_tensor(t), {"torch": torch})
     assert back.device.type == "meta" and back.shape == t.shape and back.dtype == t.dtype
+
+
+def test_a_bound_call_is_written_with_its_target_and_its_results_are_named():
+    """``trace.bind("rows, info")`` writes the next recorded call as an
+    assignment and names its results; an observer (``contents()``,
+    ``stored_priority``) that is bound, or asked for with ``trace.bind()``,
+    is written too (unbound observers stay out of the snippet)."""
+    spec = BufferSpec(capacity=4, sampler="prioritized", seed=3)
+    impl, trace = _trace(spec)
+    layout = trace.source("layout", Layout((Field(("a",), (2,), "float32"),)))
+    buf = trace.wrap(impl.make(spec))
+    buf.extend(layout.batch(0, 3))
+    trace.bind("rows, info")
+    rows, info = buf.sample(2)
+    buf.update_priority(info["index"], torch.tensor([0.5, 2.0], dtype=torch.float64))
+    buf.contents()  # not bound: an observer, left out
+    trace.bind("c")
+    c = buf.contents()
+    trace.op("c['a'].add_(1)")
+    c["a"].add_(1)
+    trace.bind()
+    buf.stored_priority(info["index"])
+    buf.stored_priority(info["index"])  # not bound again: left out
+    snippet = trace.snippet()
+    assert "rows, info = buf.sample(2)" in snippet
+    assert "buf.update_priority(torch.tensor(" in snippet  # info['index'] by value: only info is named
+    assert snippet.count("buf.contents()") == 1 and "c = buf.contents()" in snippet
+    assert snippet.count("buf.stored_priority(") == 1
+    assert trace.render(rows) == "rows"
+    namespace: dict = {}
+    exec(compile(snippet, "<repro>", "exec"), namespace)
+    assert torch.equal(namespace["c"]["a"], c["a"]) and torch.equal(namespace["info"]["index"], info["index"])

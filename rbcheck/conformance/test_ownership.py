@@ -116,7 +116,7 @@ class Run:
         self.trace = Trace(impl, spec)
         self.trace.need("from rbcheck.conformance.test_ownership import scramble")
         self.trace.let("layout", layout)
-        self.buf = impl.make(spec)
+        self.buf = self.trace.wrap(impl.make(spec))
         self.oracle = PriorityOracle(spec, impl.conventions) if spec.sampler == "prioritized" else None
         self.written = 0
 
@@ -128,7 +128,7 @@ class Run:
 
     def write(self, kind: tuple, data, expr: str, n: int):
         self.trace.op(f"data = {expr}")
-        self.trace.op("buf.add(data)" if kind[0] == "add" else "buf.extend(data)")
+        self.trace.name(data, "data")
         out = self.buf.add(data) if kind[0] == "add" else self.buf.extend(data)
         self.check_boundary(f"{kind[0]}")
         if self.oracle is not None:
@@ -136,8 +136,8 @@ class Run:
         self.written += n
         return out
 
-    def sample(self, k: int):
-        self.trace.op(f"rows, info = buf.sample({k})")
+    def sample(self, k: int, bind: str = "rows, info"):
+        self.trace.bind(bind)
         out = self.buf.sample(k)
         self.check_boundary("sample")
         return out
@@ -147,7 +147,7 @@ class Run:
         they are (it packs them first) checks ownership where it calls the
         library: ``buf.library_aliasing()`` lists what it handed or got back
         that shares memory with the library's storage."""
-        hook = getattr(self.buf, "library_aliasing", None)
+        hook = getattr(self.buf.inner, "library_aliasing", None)
         found = hook() if callable(hook) else []
         if found:
             fail(f"memory shared with the library's storage at {call}", found, "none", self.trace)
@@ -179,7 +179,7 @@ class Run:
         conv, trace = self.impl.conventions, self.trace
         if self.impl.has("priority_readback"):
             n = len(self.buf)
-            trace.op(f"buf.stored_priority(torch.arange({n}))")
+            trace.bind()
             got = torch.as_tensor(self.buf.stored_priority(torch.arange(n))).detach().cpu().to(torch.float64)
             assert_close(f"stored_priority(all slots) {when}", got, self.oracle.leaves(), trace,
                          tol=priority_tolerance(conv.priority_dtype, self.spec.alpha))
@@ -221,7 +221,7 @@ def test_buffer_keeps_no_reference_to_the_callers_tensors(impl, data):
     raw = [float(1 + (3 * i) % 7) for i in range(n)]
     index, pri = torch.arange(n), conv.priorities(raw)
     trace.op(f"index, priority = torch.arange({n}), torch.tensor({raw}, dtype={pri.dtype})")
-    trace.op("buf.update_priority(index, priority)")
+    trace.name(index, "index"), trace.name(pri, "priority")
     run.buf.update_priority(index, pri)
     run.oracle.update(torch.arange(n), raw)
     trace.op("index.copy_(index.roll(1)); priority.mul_(1000).add_(7)  # the caller reuses them in place")
@@ -259,13 +259,13 @@ def test_calls_leave_their_arguments_unchanged(impl, data):
     index, pri = torch.tensor(order, dtype=torch.int64), conv.priorities(raw)
     index_before, pri_before = index.clone(), pri.clone()
     trace.op(f"index, priority = torch.tensor({order}), torch.tensor({raw}, dtype={pri.dtype})")
-    trace.op("buf.update_priority(index, priority)")
+    trace.name(index, "index"), trace.name(pri, "priority")
     run.buf.update_priority(index, pri)
     run.oracle.update(index_before, raw)
     _args_unchanged("the index given to update_priority (after the call)", index, index_before, trace)
     _args_unchanged("the priorities given to update_priority (after the call)", pri, pri_before, trace)
     if impl.has("priority_readback"):
-        trace.op("buf.stored_priority(index)")
+        trace.bind()
         run.buf.stored_priority(index)
         _args_unchanged("the index given to stored_priority (after the call)", index, index_before, trace)
 
@@ -290,17 +290,20 @@ def test_returned_samples_and_contents_share_no_memory_with_the_storage(impl, da
         rows, info = run.sample(k1)
         first, first_info = snapshot(rows), {k: snapshot(v) for k, v in info.items()}
         k2 = data.draw(st.sampled_from([1, 3]), label=f"second batch {rnd}")
-        rows2, info2 = run.sample(k2)
+        rows2, info2 = run.sample(k2, "rows2, info2")
         assert_td_equal("the first sample's rows after a second sample", rows, first, trace)
         for key, value in first_info.items():
             if isinstance(value, torch.Tensor):
                 _args_unchanged(f"the first sample's info[{key!r}] after a second sample", info[key], value, trace)
-        trace.op("scramble(rows); scramble(info)  # the caller edits the sample in place")
+        trace.op("for value in (rows, rows2, *info.values(), *info2.values()): scramble(value)"
+                 "  # the caller edits the samples in place")
         for value in (rows, rows2, *info.values(), *info2.values()):
             scramble(value)
         assert_td_equal("contents() after the caller edited a sample in place", run.buf.contents(), held, trace)
-        trace.op("c = buf.contents(); scramble(c)  # the caller edits contents() in place")
-        scramble(run.buf.contents())
+        trace.bind("c")
+        c = run.buf.contents()
+        trace.op("scramble(c)  # the caller edits contents() in place")
+        scramble(c)
         assert_td_equal("contents() after the caller edited an earlier contents() in place",
                         run.buf.contents(), held, trace)
     k = min(4, 2 * len(run.buf))

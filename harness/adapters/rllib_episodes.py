@@ -82,6 +82,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.numpy_rows import OwnRandomness, check_batch_size
 from rbcheck.harness.adapters.sb3_transitions import not_applicable
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
@@ -125,7 +126,7 @@ class CountingRng:
         return getattr(self.rng, name)
 
 
-class RLlibEpisodes(OwnRandomness):
+class RLlibEpisodes(CountedWrites, OwnRandomness):
     """A transitions :class:`BufferUnderTest` over an RLlib episode buffer."""
 
     LIBRARY = "RLlib"
@@ -176,13 +177,7 @@ class RLlibEpisodes(OwnRandomness):
                     self.t[k] = 0
             self.rb.add(chunks)
             self.written += e
-        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
-
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
-    def __len__(self) -> int:
-        return len(self.rb)
+        return self.slots(start, len(data))
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
@@ -221,14 +216,6 @@ class RLlibEpisodes(OwnRandomness):
         obs = [np.asarray(o) for ep in self.rb.episodes for o in ep.get_observations()[:-1]]
         stacked = torch.as_tensor(np.stack(obs)) if obs else torch.zeros((0, 3), dtype=torch.float32)
         return TensorDict({"obs": stacked, "id": stacked[:, 0].round().long()}, batch_size=[len(stacked)])
-
-    @property
-    def cursor(self) -> int:
-        return self.written % self.spec.capacity
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def update_priority(self, index, priority, generation=None) -> None:
         raise NotImplementedError("update_priorities(priorities) takes no indices: it updates the last sample's "

@@ -74,6 +74,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.numpy_rows import (
     OwnRandomness,
     RowLayout,
@@ -104,7 +105,7 @@ def _core():
         ) from err
 
 
-class RloxBuffer(OwnRandomness):
+class RloxBuffer(CountedWrites, OwnRandomness):
     """A :class:`BufferUnderTest` over one of rlox's buffers (``kind``)."""
 
     LIBRARY = "rlox"
@@ -181,23 +182,12 @@ class RloxBuffer(OwnRandomness):
         self.written += n
         return self._slots(np.arange(self.written - n, self.written))
 
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
     def _slots(self, tags: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.asarray(tags, dtype=np.int64) % self.spec.capacity)
 
     # reading
     def __len__(self) -> int:
         return 0 if self.rb is None else len(self.rb)
-
-    @property
-    def cursor(self) -> int:
-        return self.written % self.spec.capacity
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def _decode(self, obs: np.ndarray) -> tuple[np.ndarray, TensorDict]:
         obs = np.ascontiguousarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.numpy_rows import check_batch_size
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
@@ -58,7 +59,7 @@ def _core():
     return core()
 
 
-class RloxHer:
+class RloxHer(CountedWrites):
     def __init__(self, spec: BufferSpec):
         strategy, ratio = spec.her
         self.spec, self.written, self.ratio = spec, 0, float(ratio)
@@ -75,13 +76,7 @@ class RloxHer:
             self.rb.push(obs, nxt, np.zeros(1, np.float32), float(row["reward"]), bool(row["terminated"]),
                          bool(row["truncated"]))
             self.written += 1
-        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
-
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
-    def __len__(self) -> int:
-        return len(self.rb)
+        return self.slots(start, len(data))
 
     def calls(self, batch_size: int) -> list[int]:
         """The batch sizes of the calls that together relabel ``ceil(batch_size * ratio)`` rows (module doc)."""
@@ -102,14 +97,6 @@ class RloxHer:
                            "desired_goal": torch.as_tensor(obs[:, DESIRED_AT:DESIRED_AT + GOAL_DIM].copy()),
                            "reward": torch.as_tensor(reward).float()}, [len(obs)])
         return rows, {"index": torch.full((len(obs),), -1, dtype=torch.int64)}
-
-    @property
-    def cursor(self) -> int:
-        return self.written % self.spec.capacity
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
 
 def _version() -> str:

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.numpy_rows import check_batch_size
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
@@ -95,7 +96,7 @@ def goal_vec_env():
     return DummyVecEnv([cls])
 
 
-class SB3Her:
+class SB3Her(CountedWrites):
     def __init__(self, spec: BufferSpec):
         from stable_baselines3 import HerReplayBuffer
 
@@ -120,10 +121,7 @@ class SB3Her:
             self.rb.add(obs, nxt, np.zeros((1, 1), np.float32), np.array([float(row["reward"])], np.float32),
                         np.array([term or trunc]), [{"TimeLimit.truncated": trunc}])
             self.written += 1
-        return (start + torch.arange(n, dtype=torch.int64)) % self.spec.capacity
-
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
+        return self.slots(start, n)
 
     def __len__(self) -> int:
         return self.rb.size()
@@ -150,10 +148,6 @@ class SB3Her:
     @property
     def cursor(self) -> int:
         return int(self.rb.pos)
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def save(self, path) -> None:
         from stable_baselines3.common.save_util import save_to_pkl

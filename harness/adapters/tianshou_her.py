@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.numpy_rows import check_batch_size
 from rbcheck.harness.adapters.sb3_her import sampled_goals
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
@@ -58,7 +59,7 @@ def goal_reward_np(achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.nd
     return goal_reward(torch.as_tensor(np.asarray(achieved_goal)), torch.as_tensor(np.asarray(desired_goal))).numpy()
 
 
-class TianshouHer:
+class TianshouHer(CountedWrites):
     def __init__(self, spec: BufferSpec):
         from tianshou.data import HERReplayBuffer
 
@@ -85,13 +86,7 @@ class TianshouHer:
                                desired_goal=goal),
                 info={}))
             self.written += 1
-        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
-
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
-    def __len__(self) -> int:
-        return len(self.rb)
+        return self.slots(start, len(data))
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
@@ -116,10 +111,6 @@ class TianshouHer:
     @property
     def cursor(self) -> int:
         return int(self.rb._insertion_idx)
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def save(self, path) -> None:
         path = Path(path)

@@ -24,12 +24,13 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.numpy_rows import OwnRandomness, check_batch_size
 from rbcheck.harness.adapters.sb3_transitions import not_applicable
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
 
-class TianshouTransitions(OwnRandomness):
+class TianshouTransitions(CountedWrites, OwnRandomness):
     LIBRARY = "tianshou"
 
     def __init__(self, spec: BufferSpec, ignore_obs_next: bool):
@@ -51,13 +52,7 @@ class TianshouTransitions(OwnRandomness):
                               terminated=bool(row["terminated"]), truncated=bool(row["truncated"]),
                               obs_next=row["next_obs"].numpy(), info={}))
             self.written += 1
-        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
-
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
-    def __len__(self) -> int:
-        return len(self.rb)
+        return self.slots(start, len(data))
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
@@ -80,10 +75,6 @@ class TianshouTransitions(OwnRandomness):
     @property
     def cursor(self) -> int:
         return int(self.rb._insertion_idx)
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def update_priority(self, index, priority, generation=None) -> None:
         raise NotImplementedError("tianshou's ReplayBuffer is uniform (capability 'prioritized' is not declared)")

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.numpy_rows import check_batch_size
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
@@ -49,7 +50,7 @@ def reward_fn(td: TensorDictBase) -> torch.Tensor:
     return goal_reward(td["next", "achieved_goal"], td["desired_goal"]).unsqueeze(-1)
 
 
-class TorchRLIssue42:
+class TorchRLIssue42(CountedWrites):
     """One TorchRL buffer of issue 42 (``her``: HERReplayBuffer, else OfflineToOnlineReplayBuffer)."""
 
     def __init__(self, spec: BufferSpec):
@@ -74,13 +75,7 @@ class TorchRLIssue42:
         start = self.written
         self.rb.extend(her_rows(data) if self.spec.her is not None else data.clone())
         self.written += len(data)
-        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
-
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
-    def __len__(self) -> int:
-        return len(self.rb)
+        return self.slots(start, len(data))
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
@@ -94,14 +89,6 @@ class TorchRLIssue42:
     def contents(self) -> TensorDictBase:
         rb = self.rb if self.spec.her is not None else self.rb.online_buffer
         return rb[:].select("id")
-
-    @property
-    def cursor(self) -> int:
-        return self.written % self.spec.capacity
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def save(self, path) -> None:
         self.rb.dumps(path)

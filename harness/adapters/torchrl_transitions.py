@@ -27,6 +27,7 @@ import importlib
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.numpy_rows import OwnRandomness, check_batch_size
 from rbcheck.harness.adapters.sb3_transitions import not_applicable
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
@@ -43,7 +44,7 @@ def torchrl_rows(data: TensorDictBase) -> TensorDict:
     }, [n])
 
 
-class TorchRLTransitions(OwnRandomness):
+class TorchRLTransitions(CountedWrites, OwnRandomness):
     LIBRARY = "TorchRL"
 
     def __init__(self, spec: BufferSpec, multistep: bool):
@@ -64,10 +65,7 @@ class TorchRLTransitions(OwnRandomness):
         else:
             self.rb.extend(rows)
         self.written += len(data)
-        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
-
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
+        return self.slots(start, len(data))
 
     def _flush(self) -> None:
         if not self.pending:
@@ -104,14 +102,6 @@ class TorchRLTransitions(OwnRandomness):
     def contents(self) -> TensorDictBase:
         self._flush()
         return self.rb[:].select("id", "observation")
-
-    @property
-    def cursor(self) -> int:
-        return self.written % self.spec.capacity
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def update_priority(self, index, priority, generation=None) -> None:
         raise NotImplementedError("a uniform TorchRL buffer (capability 'prioritized' is not declared)")
@@ -210,7 +200,7 @@ class TorchRLSlices(TorchRLTransitions):
         rows["episode"] = data["episode"]
         self.rb.extend(rows)
         self.written += len(data)
-        return (start + torch.arange(len(data), dtype=torch.int64)) % self.spec.capacity
+        return self.slots(start, len(data))
 
 
 def torchrl_slices_adapter() -> Adapter:

@@ -20,6 +20,7 @@ from collections import deque
 import torch
 from tensordict import TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 from rbcheck.harness.transition_streams import LAYOUT
 from tests.mutants.registry import control, mutant
@@ -30,7 +31,7 @@ WINDOW = f"{T}::test_no_window_contains_another_episodes_or_a_newer_row"
 D3RLPY_LIKE = {"capacity_counts": "complete_transitions", "terminal_next_obs": "zeros"}
 
 
-class FifoTransitions:
+class FifoTransitions(CountedWrites):
     """A FIFO of complete transitions (see the module docstring)."""
 
     def __init__(self, spec: BufferSpec, bugs: frozenset[str]):
@@ -70,9 +71,6 @@ class FifoTransitions:
         self.written += len(data)
         return data["id"].reshape(-1).long() % self.spec.capacity
 
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
     def _held(self) -> list[int]:
         held = list(self.fifo)
         if "samples_pending" in self.bugs:  # the running episodes' newest steps, next obs not known yet
@@ -81,14 +79,6 @@ class FifoTransitions:
 
     def __len__(self) -> int:
         return len(self._held())
-
-    @property
-    def cursor(self) -> int:
-        return self.written % self.spec.capacity
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def _next(self, i: int) -> int | None:
         """The position of the row whose obs is ``i``'s next observation; None for zeros."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 from rbcheck.harness.transition_streams import LAYOUT
 from tests.mutants.registry import control
@@ -33,7 +34,7 @@ def mutant(**kw):
     return _mutant(in_process=True, **kw)  # what uninitialised memory reads as here (deterministic)
 
 
-class SlotTransitions:
+class SlotTransitions(CountedWrites):
     """A ring of ``capacity`` rows with transitions and n-step by slot arithmetic."""
 
     def __init__(self, spec: BufferSpec, bugs: frozenset[str], conventions: Conventions):
@@ -55,19 +56,12 @@ class SlotTransitions:
         self.written += len(data)
         return slots
 
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
     def __len__(self) -> int:
         return min(self.written, self.cap)
 
     @property
     def cursor(self) -> int:
         return self.written % self.cap
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def contents(self) -> TensorDictBase:
         return self.store[: len(self)].clone()
@@ -303,7 +297,7 @@ def fasttd3_6_window_crosses_the_write_cursor():
     return _adapter("fasttd3_6_cursor", ("cross_cursor",), nstep_form="window")
 
 
-class StagedNstep:
+class StagedNstep(CountedWrites):
     """An n-step buffer of cpprb's design (``Nstep``): each env's steps wait
     in a staging list until their window is complete (``n`` steps, or the
     episode's end, which flushes them all); only then does a step enter a
@@ -364,19 +358,12 @@ class StagedNstep:
             self.written += 1
         return torch.arange(len(data), dtype=torch.long)
 
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
     def __len__(self) -> int:
         return len(self.ring)
 
     @property
     def cursor(self) -> int:
         return self.entered % self.spec.capacity
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def contents(self) -> TensorDictBase:
         return torch.stack(self.ring) if self.ring else TensorDict({}, batch_size=[0])
@@ -466,7 +453,7 @@ def slice_end_marker_clears_terminated():
 # --- eviction="whole_episodes": an episode buffer (RLlib's EpisodeReplayBuffer) ---------------
 
 
-class EpisodeTransitions:
+class EpisodeTransitions(CountedWrites):
     """Rows kept whole-episode by whole-episode: capacity counts rows, the
     oldest episode (by its first row) is dropped whole while more than
     capacity rows and more than one episode are held; n-step windows over
@@ -510,19 +497,8 @@ class EpisodeTransitions:
             self.dropped += [r for r in self.rows if int(r["uid"]) == oldest]
             self.rows = [r for r in self.rows if int(r["uid"]) != oldest]
 
-    def add(self, row: TensorDictBase) -> int:
-        return int(self.extend(row.unsqueeze(0))[0])
-
     def __len__(self) -> int:
         return len(self.rows)
-
-    @property
-    def cursor(self) -> int:
-        return self.written % self.spec.capacity
-
-    @property
-    def write_count(self) -> int:
-        return self.written
 
     def contents(self) -> TensorDictBase:
         return torch.stack(self.rows).exclude("uid") if self.rows else TensorDict({}, [0])

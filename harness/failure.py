@@ -171,7 +171,7 @@ class Trace:
         if len(names) == 1 and "," not in target:
             self.name(out, names[0])
         elif isinstance(out, (tuple, list)) and len(out) == len(names):
-            for value, name in zip(out, names):
+            for value, name in zip(out, names, strict=True):
                 self.name(value, name)
 
     def render(self, value: Any) -> str:

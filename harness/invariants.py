@@ -271,6 +271,7 @@ CATALOGUE: tuple[Invariant, ...] = (
         "`shuffle`, a uniform permutation with it; slots written mid-epoch wait), and a save and load "
         "mid-epoch resumes the same epoch",
         properties=("test_sampling_without_replacement::test_an_epoch_draws_every_held_slot_exactly_once",
+                    "test_sampling_without_replacement::test_an_epoch_draws_each_slot_once_fixed_cases",
                     "test_sampling_without_replacement::test_an_epochs_tail_follows_drop_last",
                     "test_sampling_without_replacement::test_a_saved_epoch_resumes_after_load",
                     "test_sampling_without_replacement::test_shuffled_epochs_are_uniform_permutations"),

@@ -14,13 +14,20 @@ epoch); ``False``: it is returned short. ``shuffle=False``: slot order.
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rbcheck.harness.assertions import Trace, assert_chi_square, assert_td_equal, assert_tensor_equal, fail
+from rbcheck.harness.assertions import (
+    Trace,
+    assert_chi_square,
+    assert_td_equal,
+    assert_tensor_equal,
+    fail,
+)
 from rbcheck.harness.protocol import BufferSpec
 from rbcheck.harness.sampler_laws import sampler_rule
 from rbcheck.harness.strategies import Field, Layout
@@ -34,7 +41,6 @@ FALSE_ALARM = 1e-4
 def drawn_index(buf, batch: int, trace: Trace, when: str):
     """``(rows, int64 CPU index)`` of ``buf.sample(batch)``, the index checked to be
     distinct held slots; a raise is the failure."""
-    trace.op(f"rows, info = buf.sample({batch})")
     try:
         rows, info = buf.sample(batch)
     except Exception as err:  # noqa: BLE001 - a raising sample is the failure reported
@@ -76,14 +82,13 @@ def test_an_epoch_draws_every_held_slot_exactly_once(impl, setup, data):
                       seed=data.draw(st.integers(0, 2**16), label="seed"), layout=LAYOUT.spec_layout(),
                       batch_size=batch)  # the one size sampled (TorchRL's drop_last needs it built in)
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
     written, n0, order = 0, 0, []  # rows written; the epoch's size and its slots in the order drawn
     for step in range(data.draw(st.integers(1, 12), label="steps")):
         if written == 0 or data.draw(st.booleans(), label=f"write at step {step}"):
             n = data.draw(st.integers(1, 2 * capacity + 1), label=f"rows written at step {step}")
-            trace.op(f"buf.extend(layout.batch({written}, {n}))")
-            buf.extend(LAYOUT.batch(written, n))
+            buf.extend(layout.batch(written, n))
             grew = min(written + n, capacity) != min(written, capacity)
             written += n
             if grew and sampler_rule(impl.conventions, "epoch_on_growth") == "restart":
@@ -92,7 +97,6 @@ def test_an_epoch_draws_every_held_slot_exactly_once(impl, setup, data):
         held, left = min(written, capacity), n0 - len(order)
         if left == 0 or (drop_last and left < batch):  # the next sample starts an epoch
             if drop_last and batch > held:
-                trace.op(f"buf.sample({batch})")
                 try:
                     buf.sample(batch)
                 except Exception:  # noqa: BLE001 - the refusal asked for
@@ -124,6 +128,40 @@ def test_an_epoch_draws_every_held_slot_exactly_once(impl, setup, data):
 
 
 @pytest.mark.conventions("sampler_rules")
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("capacity,batch,rewrite", [(6, 3, False), (7, 3, False), (100, 7, False),
+                                                    (5, 2, True), (7, 3, True), (64, 10, True)])
+def test_an_epoch_draws_each_slot_once_fixed_cases(impl, capacity, batch, rewrite, shuffle):
+    """exact, fixed cases (a full ring, ``drop_last=False``, drawn to the
+    epoch's end): the epoch's batches hold each held slot exactly once, each
+    of the batch size but the last (what is left); with ``rewrite``, the
+    ring is written over whole after the first batch (slots already drawn
+    rewritten mid-epoch, the ring not growing): each slot is still drawn
+    once in the epoch, a rewritten one already drawn not again."""
+    spec = BufferSpec(capacity=capacity, sampler="without_replacement", drop_last=False, shuffle=shuffle,
+                      seed=capacity * 10 + batch, layout=LAYOUT.spec_layout(), batch_size=batch)
+    trace = Trace(impl, spec)
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
+    buf.extend(layout.batch(0, capacity))
+    seen: list[int] = []
+    rewritten = ", the ring rewritten after its first batch" if rewrite else ""
+    while len(seen) < capacity:
+        when = f"(draw {len(seen)} of an epoch of {capacity} slots{rewritten})"
+        _, index = drawn_index(buf, batch, trace, when)
+        if len(index) != min(batch, capacity - len(seen)):
+            fail(f"len(info['index']) {when}", len(index), min(batch, capacity - len(seen)), trace,
+                 f"{capacity - len(seen)} slots of the epoch left, drop_last=False")
+        again = sorted(set(index.tolist()) & set(seen))
+        if again:
+            fail(f"slots drawn a second time in one epoch {when}", again[:8], "none", trace)
+        seen += index.tolist()
+        if rewrite and len(seen) == len(index):
+            trace.note("the ring is written over whole mid-epoch: slots already drawn are rewritten")
+            buf.extend(layout.batch(capacity, capacity))
+
+
+@pytest.mark.conventions("sampler_rules")
 @pytest.mark.parametrize("capacity,batch", [(10, 3), (7, 2), (64, 48), (4097, 1000)])
 @pytest.mark.parametrize("drop_last", [True, False])
 def test_an_epochs_tail_follows_drop_last(impl, capacity, batch, drop_last):
@@ -134,10 +172,9 @@ def test_an_epochs_tail_follows_drop_last(impl, capacity, batch, drop_last):
     spec = BufferSpec(capacity=capacity, sampler="without_replacement", drop_last=drop_last, shuffle=True,
                       seed=capacity + batch, layout=LAYOUT.spec_layout(), batch_size=batch)
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
-    trace.op(f"buf.extend(layout.batch(0, {capacity}))")
-    buf.extend(LAYOUT.batch(0, capacity))
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
+    buf.extend(layout.batch(0, capacity))
     full, tail = divmod(capacity, batch)
     seen: list[int] = []
     for k in range(full):
@@ -148,14 +185,14 @@ def test_an_epochs_tail_follows_drop_last(impl, capacity, batch, drop_last):
     _, index = drawn_index(buf, batch, trace, f"(after the epoch's {full} full batches)")
     if drop_last:
         if len(index) != batch:
-            fail(f"len(info['index']) after the last full batch, drop_last=True", len(index), batch, trace,
+            fail("len(info['index']) after the last full batch, drop_last=True", len(index), batch, trace,
                  f"the {tail} slots left are a short tail: dropped, a new epoch begins")
         if set(index.tolist()) <= set(range(capacity)) - set(seen) and tail < batch:
             fail("the batch after the last full one, drop_last=True", sorted(index.tolist())[:8],
                  "a batch of a new epoch (the tail is dropped)", trace)
     else:
         if len(index) != tail:
-            fail(f"len(info['index']) of the epoch's last batch, drop_last=False", len(index), tail, trace)
+            fail("len(info['index']) of the epoch's last batch, drop_last=False", len(index), tail, trace)
         if set(index.tolist()) & set(seen):
             fail("the tail of the epoch, drop_last=False", sorted(set(index.tolist()) & set(seen))[:8],
                  "only slots not drawn yet in the epoch", trace)
@@ -177,23 +214,20 @@ def test_a_saved_epoch_resumes_after_load(impl, data):
                       shuffle=data.draw(st.booleans(), label="shuffle"), seed=data.draw(st.integers(0, 99), label="seed"),
                       layout=LAYOUT.spec_layout())
     trace = Trace(impl, spec)
-    trace.let("layout", LAYOUT)
-    buf = impl.make(spec)
-    trace.op(f"buf.extend(layout.batch(0, {rows}))")
-    buf.extend(LAYOUT.batch(0, rows))
+    layout = trace.source("layout", LAYOUT)
+    buf = trace.wrap(impl.make(spec))
+    buf.extend(layout.batch(0, rows))
     per_epoch = held // batch if spec.drop_last else -(-held // batch)
     before = data.draw(st.integers(0, per_epoch), label="batches before the save")
     for _ in range(before):
         drawn_index(buf, batch, trace, "before the save")
     after = per_epoch - before + 1  # to the end of the epoch, and one more
     with tempfile.TemporaryDirectory() as tmp:
-        trace.op(f"buf.save({tmp!r})")
+        tmp = trace.directory(Path(tmp))
         buf.save(tmp)
         want = [drawn_index(buf, batch, trace, "after the save")[1] for _ in range(after)]
-        trace.op(f"fresh = load_adapter({trace.adapter!r}).make({spec.but(seed=spec.seed + 1)!r})")
-        fresh = impl.make(spec.but(seed=spec.seed + 1))
+        fresh = trace.make(spec.but(seed=spec.seed + 1), "fresh")
         for name, target in (("buf", buf), ("a fresh buffer", fresh)):
-            trace.op(f"{'buf' if target is buf else 'fresh'}.load({tmp!r})")
             target.load(tmp)
             for k in range(after):
                 got = drawn_index(target, batch, trace, f"{name} after the load")[1]
@@ -214,12 +248,10 @@ def test_shuffled_epochs_are_uniform_permutations(impl):
         spec = BufferSpec(capacity=held, sampler="without_replacement", shuffle=True, seed=held * 100 + batch,
                           layout=LAYOUT.spec_layout())
         trace = Trace(impl, spec)
-        trace.let("layout", LAYOUT)
-        buf = impl.make(spec)
-        trace.op(f"buf.extend(layout.batch(0, {held}))")
-        buf.extend(LAYOUT.batch(0, held))
+        layout = trace.source("layout", LAYOUT)
+        buf = trace.wrap(impl.make(spec))
+        buf.extend(layout.batch(0, held))
         table = torch.zeros(held, held, dtype=torch.float64)
-        trace.op(f"for _ in range(2000): epoch = [buf.sample({batch}) for _ in range({-(-held // batch)})]")
         for _ in range(2000):
             epoch = torch.cat([buf.sample(batch)[1]["index"].cpu() for _ in range(-(-held // batch))])
             if sorted(epoch.tolist()) != list(range(held)):

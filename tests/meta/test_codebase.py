@@ -197,7 +197,6 @@ def test_the_readme_names_every_builtin():
 #: their hand-written buffer calls are tolerated until each is converted.
 #: Keep shrinking it; drop an entry once its file passes the check below.
 HAND_WRITTEN_REPROS_FOR_NOW: frozenset[str] = frozenset({
-    'test_sampling_without_replacement.py',
 })
 #: Names the conformance files give buffers (``buf``, ``buf2``, ``twin``, ...):
 #: a call on one of them in a repro line is the recorder's to write.

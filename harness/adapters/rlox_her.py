@@ -43,9 +43,10 @@ from fractions import Fraction
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from rbcheck.harness.adapters.counted import CountedWrites
+from rbcheck.harness.adapters.hindsight import goal_rows, no_slots, skip_without_her
 from rbcheck.harness.adapters.numpy_rows import check_batch_size
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
@@ -93,10 +94,9 @@ class RloxHer(CountedWrites):
                  for size in self.calls(batch_size)]
         obs = np.concatenate([np.asarray(p["obs"]).reshape(-1, OBS_DIM) for p in parts])
         reward = np.concatenate([np.asarray(p["rewards"]).reshape(-1) for p in parts])
-        rows = TensorDict({"id": torch.as_tensor(obs[:, 0]).long(), "episode": torch.as_tensor(obs[:, 1]).long(),
-                           "desired_goal": torch.as_tensor(obs[:, DESIRED_AT:DESIRED_AT + GOAL_DIM].copy()),
-                           "reward": torch.as_tensor(reward).float()}, [len(obs)])
-        return rows, {"index": torch.full((len(obs),), -1, dtype=torch.int64)}
+        rows = goal_rows(torch.as_tensor(obs[:, 0]), torch.as_tensor(obs[:, 1]),
+                         torch.as_tensor(obs[:, DESIRED_AT:DESIRED_AT + GOAL_DIM].copy()), torch.as_tensor(reward).float())
+        return rows, no_slots(len(obs))
 
 
 def _version() -> str:
@@ -107,11 +107,7 @@ def _version() -> str:
 
 
 def _make(spec: BufferSpec) -> RloxHer:
-    if spec.her is None:  # a ring of any rows: the 'rlox' column answers it
-        import pytest
-
-        pytest.skip("not applicable: this column is rlox's HERBuffer (spec.her); the 'rlox' column checks its "
-                    "plain ring")
+    skip_without_her(spec, "rlox's HERBuffer", "rlox")
     return RloxHer(spec)
 
 

@@ -45,6 +45,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rbcheck.harness.adapters.counted import CountedWrites
+from rbcheck.harness.adapters.hindsight import (
+    goal_rows,
+    no_slots,
+    own_numpy_state,
+    skip_without_her,
+)
 from rbcheck.harness.adapters.numpy_rows import check_batch_size
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
@@ -128,18 +134,12 @@ class SB3Her(CountedWrites):
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
-        saved = np.random.get_state()
-        np.random.set_state(self.np_state)
-        try:
+        with own_numpy_state(self):
             s = self.rb.sample(batch_size)
-        finally:
-            self.np_state = np.random.get_state()
-            np.random.set_state(saved)
         ident = s.observations["observation"].reshape(-1, 2)
-        rows = TensorDict({"id": ident[:, 0].long(), "episode": ident[:, 1].long(),
-                           "desired_goal": s.observations["desired_goal"].reshape(-1, 2).float(),
-                           "reward": s.rewards.reshape(-1).float()}, [len(ident)])
-        return rows, {"index": torch.full((len(ident),), -1, dtype=torch.int64)}
+        rows = goal_rows(ident[:, 0], ident[:, 1], s.observations["desired_goal"].reshape(-1, 2).float(),
+                         s.rewards.float())
+        return rows, no_slots(len(ident))
 
     def contents(self) -> TensorDictBase:
         ids = self.rb.observations["observation"][: self.rb.size(), 0, 0]
@@ -170,11 +170,7 @@ def _version() -> str:
 
 
 def _make(spec: BufferSpec) -> SB3Her:
-    if spec.her is None:  # a ring of any rows: the 'sb3' column answers it
-        import pytest
-
-        pytest.skip("not applicable: this column is stable-baselines3's HerReplayBuffer (spec.her); the 'sb3' "
-                    "column checks its plain ring")
+    skip_without_her(spec, "stable-baselines3's HerReplayBuffer", "sb3")
     return SB3Her(spec)
 
 

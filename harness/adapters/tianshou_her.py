@@ -45,6 +45,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rbcheck.harness.adapters.counted import CountedWrites
+from rbcheck.harness.adapters.hindsight import goal_rows, own_numpy_state, skip_without_her
 from rbcheck.harness.adapters.numpy_rows import check_batch_size
 from rbcheck.harness.adapters.sb3_her import sampled_goals
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
@@ -90,17 +91,12 @@ class TianshouHer(CountedWrites):
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
-        saved = np.random.get_state()
-        np.random.set_state(self.np_state)
-        try:
+        with own_numpy_state(self):
             batch, indices = self.rb.sample(batch_size)
-        finally:
-            self.np_state = np.random.get_state()
-            np.random.set_state(saved)
         ident = torch.as_tensor(np.asarray(batch.obs.observation)).reshape(-1, 2)
-        rows = TensorDict({"id": ident[:, 0].long(), "episode": ident[:, 1].long(),
-                           "desired_goal": torch.as_tensor(np.asarray(batch.obs.desired_goal)).reshape(-1, 2).float(),
-                           "reward": torch.as_tensor(np.asarray(batch.rew)).reshape(-1).float()}, [len(ident)])
+        rows = goal_rows(ident[:, 0], ident[:, 1],
+                         torch.as_tensor(np.asarray(batch.obs.desired_goal)).reshape(-1, 2).float(),
+                         torch.as_tensor(np.asarray(batch.rew)).float())
         return rows, {"index": torch.as_tensor(np.asarray(indices).astype(np.int64))}
 
     def contents(self) -> TensorDictBase:
@@ -130,11 +126,7 @@ def _version() -> str:
 
 
 def _make(spec: BufferSpec) -> TianshouHer:
-    if spec.her is None:  # a ring of any rows: the 'tianshou' column answers it
-        import pytest
-
-        pytest.skip("not applicable: this column is tianshou's HERReplayBuffer (spec.her); the 'tianshou' "
-                    "column checks its plain ring")
+    skip_without_her(spec, "tianshou's HERReplayBuffer", "tianshou")
     return TianshouHer(spec)
 
 

@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rbcheck.harness.adapters.counted import CountedWrites
+from rbcheck.harness.adapters.hindsight import goal_rows, no_slots
 from rbcheck.harness.adapters.numpy_rows import check_batch_size
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
@@ -54,7 +55,12 @@ class TorchRLIssue42(CountedWrites):
     """One TorchRL buffer of issue 42 (``her``: HERReplayBuffer, else OfflineToOnlineReplayBuffer)."""
 
     def __init__(self, spec: BufferSpec):
-        from torchrl.data import HERReplayBuffer, LazyTensorStorage, OfflineToOnlineReplayBuffer, ReplayBuffer
+        from torchrl.data import (
+            HERReplayBuffer,
+            LazyTensorStorage,
+            OfflineToOnlineReplayBuffer,
+            ReplayBuffer,
+        )
 
         torch.manual_seed(spec.seed)
         self.spec, self.written = spec, 0
@@ -81,10 +87,8 @@ class TorchRLIssue42(CountedWrites):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
         s = self.rb.sample(batch_size)
         if self.spec.her is None:
-            return s.select("id", "obs"), {"index": torch.full((len(s),), -1, dtype=torch.int64)}
-        rows = TensorDict({"id": s["id"], "episode": s["episode"], "desired_goal": s["desired_goal"],
-                           "reward": s["next", "reward"].reshape(-1)}, [len(s)])
-        return rows, {"index": torch.full((len(s),), -1, dtype=torch.int64)}
+            return s.select("id", "obs"), no_slots(len(s))
+        return goal_rows(s["id"], s["episode"], s["desired_goal"], s["next", "reward"]), no_slots(len(s))
 
     def contents(self) -> TensorDictBase:
         rb = self.rb if self.spec.her is not None else self.rb.online_buffer

@@ -15,24 +15,11 @@ import textwrap
 
 import pytest
 
-UNIFORM = "test_sampling_distributions::test_uniform_sampling_matches_closed_form"
+from tests.harness.planted import SKIPS_LAST, UNIFORM
 
 #: The README's example buffer with its sampler never drawing the last slot.
-MYMOD = '''
-import torch
-from rbcheck.harness.examples.list_buffer import ListBuffer, adapter as example
-
-
-class SkipsLastSlot(ListBuffer):
-    def sample(self, batch_size):
-        u = torch.rand(batch_size, generator=self.generator, dtype=torch.float64)
-        index = (u * max(len(self.rows) - 1, 1)).long()
-        return self.contents()[index], {"index": index}
-
-
-def adapter():
-    from dataclasses import replace
-    return replace(example(), name="skips-last", make=lambda spec: SkipsLastSlot(spec.capacity, spec.seed))
+MYMOD = SKIPS_LAST + '''
+adapter = broken
 
 
 def raising():

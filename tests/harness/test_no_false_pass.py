@@ -17,28 +17,13 @@ import time
 
 import pytest
 
-UNIFORM = "test_sampling_distributions::test_uniform_sampling_matches_closed_form"
+from tests.harness.planted import SKIPS_LAST, UNIFORM
 
-MINE = '''
+MINE = SKIPS_LAST + '''
 import os
 import unittest
-from dataclasses import replace
 
 import pytest
-import torch
-
-from rbcheck.harness.examples.list_buffer import ListBuffer, adapter as example
-
-
-class SkipsLastSlot(ListBuffer):
-    def sample(self, batch_size):
-        u = torch.rand(batch_size, generator=self.generator, dtype=torch.float64)
-        index = (u * max(len(self.rows) - 1, 1)).long()
-        return self.contents()[index], {"index": index}
-
-
-def broken():
-    return replace(example(), name="skips-last", make=lambda spec: SkipsLastSlot(spec.capacity, spec.seed))
 
 
 def _sample_does(action, name):

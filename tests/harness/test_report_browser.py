@@ -23,29 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.planted import SKIPS_LAST, UNIFORM
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTEFACTS = ROOT / "reports" / "html-report"
-UNIFORM = "test_sampling_distributions::test_uniform_sampling_matches_closed_form"
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
-MINE = '''
-from dataclasses import replace
-
-import torch
-
-from rbcheck.harness.examples.list_buffer import ListBuffer, adapter as example
-
-
-class SkipsLastSlot(ListBuffer):
-    def sample(self, batch_size):
-        u = torch.rand(batch_size, generator=self.generator, dtype=torch.float64)
-        index = (u * max(len(self.rows) - 1, 1)).long()
-        return self.contents()[index], {"index": index}
-
-
-def broken():
-    return replace(example(), name="skips-last", make=lambda spec: SkipsLastSlot(spec.capacity, spec.seed))
-'''
+MINE = SKIPS_LAST
 
 
 @pytest.fixture(scope="module")

@@ -227,10 +227,10 @@ class _Iterator:
         return getattr(self._inner, name)
 
 
-class Recorded:
-    """A proxy of a buffer (or of another object the snippet calls): each
-    public method call is recorded as ``<var>.<method>(<args>)`` before it is
-    made; attributes, ``len`` and indexing pass through."""
+class _Wrapped:
+    """What ``Recorded`` and ``Source`` share: the object they stand for
+    (``inner``), the trace and the snippet's name for it; its attributes pass
+    through, and each public method is handed to ``_wrap``."""
 
     def __init__(self, inner: Any, trace: Any, var: str) -> None:
         object.__setattr__(self, "_inner", inner)
@@ -241,7 +241,20 @@ class Recorded:
         value = getattr(self._inner, name)
         if not callable(value) or name.startswith("_"):
             return value
+        return self._wrap(name, value)
 
+    @property
+    def inner(self) -> Any:
+        """The object itself, for calls that are not part of the repro."""
+        return self._inner
+
+
+class Recorded(_Wrapped):
+    """A proxy of a buffer (or of another object the snippet calls): each
+    public method call is recorded as ``<var>.<method>(<args>)`` before it is
+    made; attributes, ``len`` and indexing pass through."""
+
+    def _wrap(self, name: str, value: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             return self._trace.call(self._var, name, value, args, kwargs)
 
@@ -259,26 +272,12 @@ class Recorded:
     def __repr__(self) -> str:
         return f"Recorded({self._var}: {self._inner!r})"
 
-    @property
-    def inner(self) -> Any:
-        """The object itself, for calls that are not part of the repro."""
-        return self._inner
 
-
-class Source:
+class Source(_Wrapped):
     """A maker of values (a layout, an episode layout): not recorded itself,
     but each value its methods return is named by the call that made it."""
 
-    def __init__(self, inner: Any, trace: Any, var: str) -> None:
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_trace", trace)
-        object.__setattr__(self, "_var", var)
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._inner, name)
-        if not callable(value) or name.startswith("_"):
-            return value
-
+    def _wrap(self, name: str, value: Any) -> Any:
         def make(*args: Any, **kwargs: Any) -> Any:
             out = value(*args, **kwargs)
             parts = [render(a, self._trace) for a in args] + [f"{k}={render(v, self._trace)}"
@@ -289,7 +288,3 @@ class Source:
 
     def __repr__(self) -> str:
         return repr(self._inner)
-
-    @property
-    def inner(self) -> Any:
-        return self._inner

@@ -49,6 +49,24 @@ def her_setup(impl, data, finish: bool):
     return spec, goal_rows(stream)
 
 
+def her_written(impl, data, finish: bool):
+    """``(spec, trace, buf, oracle)``: a drawn stream (``her_setup``) written whole into a fresh
+    recorded buffer, and the oracle of it."""
+    spec, rows = her_setup(impl, data, finish=finish)
+    trace = her_trace(impl, spec, rows)
+    buf = trace.wrap(impl.make(spec))
+    write(buf, rows, 0, len(rows))
+    return spec, trace, buf, her_oracle(impl, spec, rows)
+
+
+def check_share(impl, spec: BufferSpec, trace: Trace, relabelled: int, finished: int, where: str) -> None:
+    """Under ``her_count="per_draw"``: ``relabelled`` of ``finished`` sampled rows is Binomial(finished,
+    ratio) (the exact counts are checked per batch by ``sample_and_check``)."""
+    if hindsight(impl.conventions, "her_count") == "per_draw":
+        assert_binomial(f"relabelled rows of {finished} sampled rows of finished episodes {where}",
+                        relabelled, finished, spec.her[1], trace, false_alarm=FALSE_ALARM)
+
+
 def sample_and_check(buf, oracle: HindsightOracle, spec: BufferSpec, impl, trace: Trace, batches, where: str):
     """Sample each batch size of ``batches``, check every row against the oracle
     and each batch's relabelled count under an exact count rule; return the
@@ -83,11 +101,7 @@ def test_relabelled_goals_come_from_the_strategys_steps_of_the_same_episode(impl
     keeps its goal and stored reward, or has a goal reached after a held step
     of its own finished episode that the strategy allows, and the reward
     recomputed for that goal."""
-    spec, rows = her_setup(impl, data, finish=False)
-    trace = her_trace(impl, spec, rows)
-    buf = trace.wrap(impl.make(spec))
-    write(buf, rows, 0, len(rows))
-    oracle = her_oracle(impl, spec, rows)
+    spec, trace, buf, oracle = her_written(impl, data, finish=False)
     if not can_sample(impl, oracle):
         return
     sizes = [data.draw(st.integers(1, 64), label=f"batch {b}") for b in range(3)]
@@ -102,19 +116,13 @@ def test_relabelled_share_follows_the_declared_ratio(impl, data):
     ``her_count="per_draw"``; exactly ``int(ratio * B)`` rows of each batch
     under ``"floor"`` (``ceil`` under ``"ceil"``), or ``int(ratio * E)`` of
     its E episodes under ``"floor_episodes"``."""
-    spec, rows = her_setup(impl, data, finish=True)
-    trace = her_trace(impl, spec, rows)
-    buf = trace.wrap(impl.make(spec))
-    write(buf, rows, 0, len(rows))
-    oracle = her_oracle(impl, spec, rows)
+    spec, trace, buf, oracle = her_written(impl, data, finish=True)
     if not can_sample(impl, oracle):
         return
     small = data.draw(st.booleans(), label="batches of 1..8 (else 32..256)")
     batches = schedule(1000, 1, 8) if small else schedule(2000, 32, 256)
     relabelled, finished = sample_and_check(buf, oracle, spec, impl, trace, batches, "after the stream")
-    if hindsight(impl.conventions, "her_count") == "per_draw":
-        assert_binomial(f"relabelled rows of {finished} sampled rows of finished episodes (ratio {spec.her[1]})",
-                        relabelled, finished, spec.her[1], trace, false_alarm=FALSE_ALARM)
+    check_share(impl, spec, trace, relabelled, finished, f"(ratio {spec.her[1]})")
 
 
 @pytest.mark.requires("save_load")
@@ -142,9 +150,7 @@ def test_episode_bookkeeping_survives_save_and_load(impl, data):
         return
     where = f"after a save at row {cut} of {len(rows)}, a load into a fresh buffer and the rest of the stream"
     relabelled, finished = sample_and_check(fresh, oracle, spec, impl, trace, schedule(1000, 32, 256), where)
-    if hindsight(impl.conventions, "her_count") == "per_draw":
-        assert_binomial(f"relabelled rows of {finished} sampled rows of finished episodes {where}",
-                        relabelled, finished, spec.her[1], trace, false_alarm=FALSE_ALARM)
+    check_share(impl, spec, trace, relabelled, finished, where)
 
 
 def her_oracle(impl, spec: BufferSpec, rows) -> HindsightOracle:

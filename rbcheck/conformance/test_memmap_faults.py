@@ -120,6 +120,15 @@ def test_a_file_removed_or_truncated_under_the_storage_is_a_clear_error(impl, fa
         fail("entries touched outside the scratch directory or of the user's", changed, "none", trace)
 
 
+def memmap_case(impl, root, capacity: int, rows: Layout):
+    """``(spec, trace, layout)`` of a fault case: a memory-mapped spec of ``rows`` whose scratch directory
+    is under ``root``, its trace, and the layout as the trace's source."""
+    spec = BufferSpec(capacity=capacity, seed=3, layout=rows.spec_layout(), storage="memmap",
+                      scratch_dir=str(root / SCRATCH))
+    trace = Trace(impl, spec)
+    return spec, trace, trace.source("layout", rows)
+
+
 def check_fault_then_retry(impl, root, spec, layout, make_fault, lift_fault, trace, under: str = "") -> None:
     """Under ``make_fault`` the first write raises naming the directory and changes
     nothing; once lifted the same write gives the rows. The fault lasts for the
@@ -165,10 +174,7 @@ def test_a_directory_without_write_permission_is_a_clear_error(impl, tmp_path):
     if reason:
         pytest.skip(reason)
     root = tmp_path / "readonly"
-    spec = BufferSpec(capacity=4, seed=3, layout=LAYOUT.spec_layout(), storage="memmap",
-                      scratch_dir=str(root / SCRATCH))
-    trace = Trace(impl, spec)
-    layout = trace.source("layout", LAYOUT)
+    spec, trace, layout = memmap_case(impl, root, 4, LAYOUT)
     scratch = root / SCRATCH
 
     def fault() -> None:
@@ -193,10 +199,7 @@ def test_a_full_disk_is_a_clear_error(impl, tmp_path):
     if reason:
         pytest.skip(reason)
     root = tmp_path / "full"
-    spec = BufferSpec(capacity=16, seed=3, layout=BIG.spec_layout(), storage="memmap",
-                      scratch_dir=str(root / SCRATCH))
-    trace = Trace(impl, spec)
-    layout = trace.source("layout", BIG)
+    spec, trace, layout = memmap_case(impl, root, 16, BIG)
     trace.need("from rbcheck.harness.disk_checks import file_size_limit")
     limit = file_size_limit(LIMIT)
 

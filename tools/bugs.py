@@ -33,8 +33,11 @@ import ast
 import json
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
+
+from tools.generated import check_or_write
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "docs" / "bugs.toml"
@@ -322,16 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = args.findings.read_text()
     wanted = findings_text(text, entries)
-    if wanted == text:
-        print(f"{args.findings}: the generated part is the registry's")
-        return 0
-    if args.check:
-        print(f"{args.findings}: the generated part differs from the registry's (python -m tools.bugs --write)",
-              file=sys.stderr)
-        return 1
-    args.findings.write_text(wanted)
-    print(f"wrote {args.findings}")
-    return 0
+    return check_or_write(args.findings, text, wanted, args.check, "the generated part is the registry's",
+                          "the generated part differs from the registry's (python -m tools.bugs --write)")
 
 
 if __name__ == "__main__":

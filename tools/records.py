@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from rbcheck.harness import records
+from tools.generated import check_or_write
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -30,16 +31,8 @@ def main(argv=None) -> int:
         return 0
     text = args.readme.read_text()
     wanted = records.readme_with_block(text)
-    if wanted == text:
-        print(f"{args.readme}: the list of built-in names is the records'")
-        return 0
-    if args.check:
-        print(f"{args.readme}: the list of built-in names differs from the records' "
-              f"(python -m tools.records --write)", file=sys.stderr)
-        return 1
-    args.readme.write_text(wanted)
-    print(f"wrote {args.readme}")
-    return 0
+    return check_or_write(args.readme, text, wanted, args.check, "the list of built-in names is the records'",
+                          "the list of built-in names differs from the records' (python -m tools.records --write)")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,13 @@
 """What the hindsight (HER) adapters share (``rlox_her``, ``sb3_her``,
 ``tianshou_her``, ``torchrl_her``): the rows a relabelled sample answers
 (``id``, ``episode``, the ``desired_goal`` as relabelled, its ``reward``),
-the ``info`` of a library that reports no slots, NumPy's global generator
-swapped for the buffer's own while a library draws from it, and the skip of
+the ``info`` of a library that reports no slots, and the skip of
 a column that is a library's HER buffer when the spec asks for a plain ring.
 Cost: O(batch) for the rows, O(1) else.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
-import numpy as np
 import torch
 from tensordict import TensorDict
 
@@ -30,20 +26,6 @@ def no_slots(n: int) -> dict:
     return {"index": torch.full((n,), -1, dtype=torch.int64)}
 
 
-@contextmanager
-def own_numpy_state(owner):
-    """NumPy's global generator in ``owner.np_state`` for the block (a library drawing from
-    ``np.random`` draws the buffer's own seeded stream); its state after the block is kept there and
-    the caller's global state put back."""
-    saved = np.random.get_state()
-    np.random.set_state(owner.np_state)
-    try:
-        yield
-    finally:
-        owner.np_state = np.random.get_state()
-        np.random.set_state(saved)
-
-
 def skip_without_her(spec: BufferSpec, buffer: str, plain_column: str) -> None:
     """Skip (not applicable) a spec without ``her``: a ring of any rows, which ``plain_column`` answers."""
     if spec.her is None:
@@ -53,4 +35,4 @@ def skip_without_her(spec: BufferSpec, buffer: str, plain_column: str) -> None:
                     "its plain ring")
 
 
-__all__ = ["goal_rows", "no_slots", "own_numpy_state", "skip_without_her"]
+__all__ = ["goal_rows", "no_slots", "skip_without_her"]

@@ -48,10 +48,9 @@ from rbcheck.harness.adapters.counted import CountedWrites
 from rbcheck.harness.adapters.hindsight import (
     goal_rows,
     no_slots,
-    own_numpy_state,
     skip_without_her,
 )
-from rbcheck.harness.adapters.numpy_rows import check_batch_size
+from rbcheck.harness.adapters.numpy_rows import GlobalNumpyStream, check_batch_size
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
 SRC = "stable-baselines3 2.9.2"
@@ -111,7 +110,7 @@ class SB3Her(CountedWrites):
         self.spec, self.written = spec, 0
         self.rb = HerReplayBuffer(spec.capacity, env.observation_space, env.action_space, env, device="cpu",
                                   n_sampled_goal=sampled_goals(ratio), goal_selection_strategy=strategy)
-        self.np_state = np.random.RandomState(spec.seed).get_state()
+        self.numpy = GlobalNumpyStream(spec.seed)
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         n = len(data)
@@ -134,7 +133,7 @@ class SB3Her(CountedWrites):
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
-        with own_numpy_state(self):
+        with self.numpy.active():
             s = self.rb.sample(batch_size)
         ident = s.observations["observation"].reshape(-1, 2)
         rows = goal_rows(ident[:, 0], ident[:, 1], s.observations["desired_goal"].reshape(-1, 2).float(),

@@ -45,8 +45,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rbcheck.harness.adapters.counted import CountedWrites
-from rbcheck.harness.adapters.hindsight import goal_rows, own_numpy_state, skip_without_her
-from rbcheck.harness.adapters.numpy_rows import check_batch_size
+from rbcheck.harness.adapters.hindsight import goal_rows, skip_without_her
+from rbcheck.harness.adapters.numpy_rows import GlobalNumpyStream, check_batch_size
 from rbcheck.harness.adapters.sb3_her import sampled_goals
 from rbcheck.harness.protocol import Adapter, BufferSpec, Conventions
 
@@ -70,7 +70,7 @@ class TianshouHer(CountedWrites):
         self.spec, self.written = spec, 0
         self.rb = HERReplayBuffer(spec.capacity, compute_reward_fn=goal_reward_np, horizon=spec.capacity,
                                   future_k=float(sampled_goals(ratio) + 1), random_seed=spec.seed)
-        self.np_state = np.random.RandomState(spec.seed).get_state()
+        self.numpy = GlobalNumpyStream(spec.seed)
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         from tianshou.data import Batch
@@ -91,7 +91,7 @@ class TianshouHer(CountedWrites):
 
     def sample(self, batch_size: int | None = None):
         batch_size = check_batch_size(batch_size, self.spec.batch_size)
-        with own_numpy_state(self):
+        with self.numpy.active():
             batch, indices = self.rb.sample(batch_size)
         ident = torch.as_tensor(np.asarray(batch.obs.observation)).reshape(-1, 2)
         rows = goal_rows(ident[:, 0], ident[:, 1],

@@ -100,8 +100,8 @@ def _checkpoint_guard():
 HELPERS = {
     # conformance-file helpers that decide pass / fail on their own
     "test_checkpoint_faults.differs_in_every_slot": (
-        lambda: _checkpoint_guard()(_td([1, 2]), _td([5, 2]), "x"),
-        lambda: _checkpoint_guard()(_td([1, 2]), _td([5, 6]), "x"),
+        lambda: _checkpoint_guard()(_td([1, 2]), _td([5, 2]), "x", None),
+        lambda: _checkpoint_guard()(_td([1, 2]), _td([5, 6]), "x", None),
     ),
 }
 

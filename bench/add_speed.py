@@ -27,7 +27,6 @@ writes the table (docs/results/add.md).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -170,13 +169,7 @@ def main(argv=None) -> int:
     parser.add_argument("--render", action="store_true", help="only write the table of --out to --doc")
     parser.add_argument("--doc", default=str(DOC))
     args = parser.parse_args(argv)
-    if not args.render:
-        report = measure(args.capacity, args.reps, args.runs)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    Path(args.doc).write_text(render(json.loads(Path(args.out).read_text())))
-    print(Path(args.doc).read_text())
-    return 0
+    return interleaved.write_report(args, lambda: measure(args.capacity, args.reps, args.runs), render)
 
 
 if __name__ == "__main__":

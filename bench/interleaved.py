@@ -62,3 +62,18 @@ def not_timed(versions: dict) -> list[str]:
     """The table's closing lines naming the packages not timed here (their version says ``not ...``)."""
     missing = [f"{k}: {v}" for k, v in versions.items() if v.startswith("not ")]
     return ["", "Not timed here: " + "; ".join(missing) + "."] if missing else []
+
+
+def write_report(args, measure: Callable[[], dict], render: Callable[[dict], str]) -> int:
+    """Unless ``--render``: measure and write the JSON to ``--out``; then the table of ``--out`` to
+    ``--doc``, and print it."""
+    import json
+    from pathlib import Path
+
+    if not args.render:
+        report = measure()
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    Path(args.doc).write_text(render(json.loads(Path(args.out).read_text())))
+    print(Path(args.doc).read_text())
+    return 0

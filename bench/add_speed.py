@@ -26,7 +26,6 @@ writes the table (docs/results/add.md).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -161,14 +160,7 @@ def render(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(DATA))
-    parser.add_argument("--capacity", type=int, default=1 << 20)
-    parser.add_argument("--reps", type=int, default=3000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--render", action="store_true", help="only write the table of --out to --doc")
-    parser.add_argument("--doc", default=str(DOC))
-    args = parser.parse_args(argv)
+    args = interleaved.parser(__doc__.splitlines()[0], DATA, DOC, reps=3000).parse_args(argv)
     return interleaved.write_report(args, lambda: measure(args.capacity, args.reps, args.runs), render)
 
 

@@ -37,7 +37,6 @@ does. ``--render`` writes ``docs/results/checkpoint.md`` from the JSON.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import os
@@ -247,15 +246,9 @@ def render(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(DATA))
-    parser.add_argument("--capacity", type=int, default=1 << 20)
+    parser = interleaved.parser(__doc__.splitlines()[0], DATA, DOC, reps=7)
     parser.add_argument("--width", type=int, default=8)
-    parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--peers", action="store_true", help="also time TorchRL, tianshou and stable-baselines3")
-    parser.add_argument("--render", action="store_true", help="only write the table of --out to --doc")
-    parser.add_argument("--doc", default=str(DOC))
     args = parser.parse_args(argv)
     return interleaved.write_report(
         args, lambda: measure(args.capacity, args.width, args.reps, args.runs, args.peers), render)

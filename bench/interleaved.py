@@ -8,6 +8,7 @@ timed. Cost: ``runs * reps * len(calls)`` calls and as many clock reads.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -62,6 +63,18 @@ def not_timed(versions: dict) -> list[str]:
     """The table's closing lines naming the packages not timed here (their version says ``not ...``)."""
     missing = [f"{k}: {v}" for k, v in versions.items() if v.startswith("not ")]
     return ["", "Not timed here: " + "; ".join(missing) + "."] if missing else []
+
+
+def parser(description: str, data, doc, *, reps: int) -> argparse.ArgumentParser:
+    """The options every interleaved benchmark takes (its JSON, sizes, runs, and --render to its page)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", default=str(data))
+    parser.add_argument("--capacity", type=int, default=1 << 20)
+    parser.add_argument("--reps", type=int, default=reps)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--render", action="store_true", help="only write the table of --out to --doc")
+    parser.add_argument("--doc", default=str(doc))
+    return parser
 
 
 def write_report(args, measure: Callable[[], dict], render: Callable[[dict], str]) -> int:

@@ -188,30 +188,24 @@ class Trace:
             self.need("import itertools")
         entry = Call(f"{var}.{method}({', '.join(parts)})")
         target, self._bind = self._bind, None
-        if target is not None:  # bound (or asked for): written, observer or not
+        # written: a bound call (or one asked for), or any call but a read the property checks
+        # (an observer), which is written only if it raised
+        written = target is not None or method not in OBSERVERS
+        if target is not None:
             entry.bound = target
+        if written:
             self.ops.append(entry)
-            try:
-                out = fn(*args, **kwargs)
-            except Exception as err:
-                entry.raised = type(err).__name__
-                raise
-            if target:
-                self._bound(out, target)
-            return out
-        if method in OBSERVERS:  # a read the property checks: written only if it raised
-            try:
-                return fn(*args, **kwargs)
-            except Exception as err:
-                entry.raised = type(err).__name__
-                self.ops.append(entry)
-                raise
-        self.ops.append(entry)
         try:
             out = fn(*args, **kwargs)
         except Exception as err:
             entry.raised = type(err).__name__
+            if not written:
+                self.ops.append(entry)
             raise
+        if target:
+            self._bound(out, target)
+        if target is not None or not written:
+            return out
         if method == "iterate" or type(out).__name__ == "generator":
             self.need("import itertools")
             return _Iterator(out, entry)
